@@ -1,0 +1,686 @@
+/* ir.c -- modules, graphs, values, nodes, symbolic sizes and attributes.
+ *
+ * Graph storage is arrays grown on the graph's arena (old copies stay in the
+ * arena until the graph dies: at most twice the live size). Names are found
+ * through an open-addressed hash table of value ids. Symbolic size expressions
+ * are interned in the module, so equal sizes have equal fj_dim values. */
+#include <stdio.h>
+#include <string.h>
+
+#include "context.h"
+
+/* ---- modules ---- */
+
+fj_module *fj_module_create(fj_context *ctx)
+{
+	fj_module *m = fj_alloc(ctx, sizeof *m);
+	if (!m)
+		return NULL;
+	memset(m, 0, sizeof *m);
+	m->ctx = ctx;
+	fj_arena_init(&m->arena, ctx);
+	return m;
+}
+
+void fj_module_destroy(fj_module *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < m->ngraphs; i++)
+		fj_graph_destroy(m->graphs[i]);
+	fj_free(m->ctx, m->graphs, m->cap_graphs * sizeof *m->graphs);
+	fj_arena_free(&m->arena);
+	fj_free(m->ctx, m, sizeof *m);
+}
+
+fj_graph *fj_module_find_graph(const fj_module *m, const char *name)
+{
+	for (uint32_t i = 0; i < m->ngraphs; i++)
+		if (strcmp(m->graphs[i]->name, name) == 0)
+			return m->graphs[i];
+	return NULL;
+}
+
+fj_status fj_module_insert_graph(fj_module *m, uint32_t i, fj_graph *g)
+{
+	if (i > m->ngraphs)
+		i = m->ngraphs;
+	if (fj_module_find_graph(m, g->name))
+		return fj_error(m->ctx, g->loc, "graph @%s is defined twice", g->name);
+	if (m->ngraphs == m->cap_graphs) {
+		uint32_t ncap = m->cap_graphs ? m->cap_graphs * 2 : 4;
+		fj_graph **ng = fj_realloc(m->ctx, m->graphs, m->cap_graphs * sizeof *ng, ncap * sizeof *ng);
+		if (!ng) {
+			m->oom = true;
+			return FJ_ERR_NOMEM;
+		}
+		m->graphs = ng;
+		m->cap_graphs = ncap;
+	}
+	memmove(&m->graphs[i + 1], &m->graphs[i], (m->ngraphs - i) * sizeof *m->graphs);
+	m->graphs[i] = g;
+	m->ngraphs++;
+	return FJ_OK;
+}
+
+fj_graph *fj_module_add_graph(fj_module *m, const char *name, fj_loc loc)
+{
+	fj_graph *g = fj_graph_create(m, name);
+	if (!g)
+		return NULL;
+	g->loc = loc;
+	if (fj_module_insert_graph(m, m->ngraphs, g) != FJ_OK) {
+		fj_graph_destroy(g);
+		return NULL;
+	}
+	return g;
+}
+
+void fj_module_remove_graph(fj_module *m, uint32_t i)
+{
+	FJ_ASSERT(i < m->ngraphs);
+	fj_graph_destroy(m->graphs[i]);
+	memmove(&m->graphs[i], &m->graphs[i + 1], (m->ngraphs - i - 1) * sizeof *m->graphs);
+	m->ngraphs--;
+}
+
+/* ---- graphs ---- */
+
+fj_graph *fj_graph_create(fj_module *m, const char *name)
+{
+	fj_graph *g = fj_alloc(m->ctx, sizeof *g);
+	if (!g) {
+		m->oom = true;
+		return NULL;
+	}
+	memset(g, 0, sizeof *g);
+	g->module = m;
+	g->num_fwd_outputs = -1;
+	fj_arena_init(&g->arena, m->ctx);
+	g->name = fj_arena_strdup(&g->arena, name);
+	if (!g->name) {
+		fj_graph_destroy(g);
+		m->oom = true;
+		return NULL;
+	}
+	return g;
+}
+
+void fj_graph_destroy(fj_graph *g)
+{
+	if (!g)
+		return;
+	/* Bodies live in the top-level graph's arena. */
+	if (!g->parent) {
+		fj_arena_free(&g->arena);
+		fj_free(g->module->ctx, g, sizeof *g);
+	}
+}
+
+static fj_graph *top_graph(fj_graph *g)
+{
+	while (g->parent)
+		g = g->parent;
+	return g;
+}
+
+static fj_arena *graph_arena(fj_graph *g) { return &top_graph(g)->arena; }
+
+fj_graph *fj_graph_create_body(fj_graph *parent)
+{
+	fj_graph *b = fj_arena_alloc(graph_arena(parent), sizeof *b);
+	if (!b) {
+		parent->module->oom = true;
+		return NULL;
+	}
+	b->module = parent->module;
+	b->parent = parent;
+	b->name = parent->name;
+	b->num_fwd_outputs = -1;
+	return b;
+}
+
+static uint32_t hash_name(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
+}
+
+fj_vid fj_graph_find_value(const fj_graph *g, const char *name, size_t len)
+{
+	if (!g->name_cap)
+		return FJ_NOVAL;
+	uint32_t mask = g->name_cap - 1;
+	for (uint32_t i = hash_name(name, len) & mask;; i = (i + 1) & mask) {
+		fj_vid v = g->name_tab[i];
+		if (v == FJ_NOVAL)
+			return FJ_NOVAL;
+		const char *vn = g->values[v].name;
+		if (strncmp(vn, name, len) == 0 && vn[len] == 0)
+			return v;
+	}
+}
+
+static bool name_insert(fj_graph *g, fj_vid v)
+{
+	if ((g->name_count + 1) * 2 > g->name_cap) {
+		uint32_t ncap = g->name_cap ? g->name_cap * 2 : 64;
+		fj_vid *tab = fj_arena_alloc(graph_arena(g), ncap * sizeof *tab);
+		if (!tab)
+			return false;
+		memset(tab, 0xff, ncap * sizeof *tab);
+		for (uint32_t i = 0; i < g->name_cap; i++) {
+			fj_vid w = g->name_tab[i];
+			if (w == FJ_NOVAL)
+				continue;
+			const char *n = g->values[w].name;
+			uint32_t j = hash_name(n, strlen(n)) & (ncap - 1);
+			while (tab[j] != FJ_NOVAL)
+				j = (j + 1) & (ncap - 1);
+			tab[j] = w;
+		}
+		g->name_tab = tab;
+		g->name_cap = ncap;
+	}
+	const char *n = g->values[v].name;
+	uint32_t mask = g->name_cap - 1, j = hash_name(n, strlen(n)) & mask;
+	while (g->name_tab[j] != FJ_NOVAL) {
+		if (g->name_tab[j] == v)
+			return true;
+		j = (j + 1) & mask;
+	}
+	g->name_tab[j] = v;
+	g->name_count++;
+	return true;
+}
+
+static void name_remove(fj_graph *g, fj_vid v)
+{
+	/* Rebuild-free removal: re-insert the cluster after the slot. */
+	const char *n = g->values[v].name;
+	if (!g->name_cap || !n)
+		return;
+	uint32_t mask = g->name_cap - 1, j = hash_name(n, strlen(n)) & mask;
+	while (g->name_tab[j] != FJ_NOVAL && g->name_tab[j] != v)
+		j = (j + 1) & mask;
+	if (g->name_tab[j] == FJ_NOVAL)
+		return;
+	g->name_tab[j] = FJ_NOVAL;
+	g->name_count--;
+	for (j = (j + 1) & mask; g->name_tab[j] != FJ_NOVAL; j = (j + 1) & mask) {
+		fj_vid w = g->name_tab[j];
+		g->name_tab[j] = FJ_NOVAL;
+		g->name_count--;
+		name_insert(g, w); /* cannot grow: the count did not increase */
+	}
+}
+
+static bool name_taken(const fj_graph *g, const char *name)
+{
+	for (; g; g = g->parent)
+		if (fj_graph_find_value(g, name, strlen(name)) != FJ_NOVAL)
+			return true;
+	return false;
+}
+
+const char *fj_graph_fresh_name(fj_graph *g, const char *hint)
+{
+	char buf[96];
+	if (hint && *hint && !name_taken(g, hint))
+		return fj_arena_strdup(graph_arena(g), hint);
+	for (;;) {
+		if (hint && *hint)
+			snprintf(buf, sizeof buf, "%.64s%u", hint, g->fresh++);
+		else
+			snprintf(buf, sizeof buf, "%u", g->fresh++);
+		if (!name_taken(g, buf))
+			return fj_arena_strdup(graph_arena(g), buf);
+	}
+}
+
+fj_status fj_graph_rename_value(fj_graph *g, fj_vid v, const char *name)
+{
+	const char *n = fj_arena_strdup(graph_arena(g), name);
+	if (!n)
+		return FJ_ERR_NOMEM;
+	name_remove(g, v);
+	g->values[v].name = n;
+	return name_insert(g, v) ? FJ_OK : FJ_ERR_NOMEM;
+}
+
+static fj_vid new_value(fj_graph *g)
+{
+	if (g->nvalues == UINT32_MAX - 1)
+		return FJ_NOVAL;
+	if (g->nvalues == g->cap_values) {
+		uint32_t ncap = g->cap_values ? g->cap_values * 2 : 16;
+		fj_value *nv = fj_arena_grow(graph_arena(g), g->values, g->nvalues, ncap, sizeof *nv);
+		if (!nv) {
+			g->module->oom = true;
+			return FJ_NOVAL;
+		}
+		g->values = nv;
+		g->cap_values = ncap;
+	}
+	fj_vid v = g->nvalues++;
+	memset(&g->values[v], 0, sizeof g->values[v]);
+	return v;
+}
+
+bool fj_graph_copy_type(fj_graph *g, fj_type *dst, const fj_type *src)
+{
+	fj_type t = *src;
+	t.dims = NULL;
+	if (t.rank) {
+		t.dims = fj_arena_alloc(graph_arena(g), t.rank * sizeof *t.dims);
+		if (!t.dims) {
+			g->module->oom = true;
+			return false;
+		}
+		memcpy(t.dims, src->dims, t.rank * sizeof *t.dims);
+	}
+	*dst = t;
+	return true;
+}
+
+fj_vid fj_graph_add_param(fj_graph *g, const char *name, fj_type type, fj_loc loc)
+{
+	fj_vid v = new_value(g);
+	if (v == FJ_NOVAL)
+		return v;
+	fj_value *val = &g->values[v];
+	val->kind = FJ_VK_PARAM;
+	val->loc = loc;
+	val->def = g->nparams;
+	val->name = fj_arena_strdup(graph_arena(g), name);
+	if (!val->name || !fj_graph_copy_type(g, &val->type, &type) || !name_insert(g, v))
+		goto oom;
+	if (g->nparams == g->cap_params) {
+		uint32_t ncap = g->cap_params ? g->cap_params * 2 : 8;
+		fj_vid *np = fj_arena_grow(graph_arena(g), g->params, g->nparams, ncap, sizeof *np);
+		if (!np)
+			goto oom;
+		g->params = np;
+		g->cap_params = ncap;
+	}
+	g->params[g->nparams++] = v;
+	return v;
+oom:
+	g->module->oom = true;
+	return FJ_NOVAL;
+}
+
+fj_vid fj_graph_add_literal(fj_graph *g, fj_literal lit, fj_loc loc)
+{
+	fj_vid v = new_value(g);
+	if (v == FJ_NOVAL)
+		return v;
+	fj_value *val = &g->values[v];
+	val->kind = FJ_VK_LITERAL;
+	val->lit = lit;
+	val->loc = loc;
+	val->def = FJ_NONODE;
+	val->type.weak = true;
+	val->type.dtype = lit.kind == FJ_LIT_FLOAT ? FJ_DT_F64 : lit.kind == FJ_LIT_INT ? FJ_DT_I64 : FJ_DT_BOOL;
+	return v;
+}
+
+uint32_t fj_graph_add_node(fj_graph *g, fj_op op, const fj_vid *opnds, uint32_t nopnds,
+                           uint32_t nres, const char *const *names, const fj_type *types,
+                           fj_loc loc)
+{
+	fj_arena *a = graph_arena(g);
+	const fj_opinfo *oi = fj_op_info(g->module->ctx, op);
+	if (g->nnodes == UINT32_MAX - 1)
+		goto oom;
+	if (g->nnodes == g->cap_nodes) {
+		uint32_t ncap = g->cap_nodes ? g->cap_nodes * 2 : 16;
+		fj_node *nn = fj_arena_grow(a, g->nodes, g->nnodes, ncap, sizeof *nn);
+		if (!nn)
+			goto oom;
+		g->nodes = nn;
+		g->cap_nodes = ncap;
+	}
+	fj_node n;
+	memset(&n, 0, sizeof n);
+	n.op = op;
+	n.loc = loc;
+	n.nopnds = nopnds;
+	n.nres = nres;
+	n.opnds = fj_arena_alloc(a, (nopnds ? nopnds : 1) * sizeof *n.opnds);
+	n.res = fj_arena_alloc(a, (nres ? nres : 1) * sizeof *n.res);
+	n.attrs = fj_arena_alloc(a, (oi->nattrs ? oi->nattrs : 1) * sizeof *n.attrs);
+	if (!n.opnds || !n.res || !n.attrs)
+		goto oom;
+	if (nopnds)
+		memcpy(n.opnds, opnds, nopnds * sizeof *opnds);
+	uint32_t idx = g->nnodes;
+	for (uint32_t i = 0; i < nres; i++) {
+		fj_vid v = new_value(g);
+		if (v == FJ_NOVAL)
+			goto oom;
+		fj_value *val = &g->values[v];
+		val->kind = FJ_VK_RESULT;
+		val->def = idx;
+		val->res = i;
+		val->loc = loc;
+		val->name = names && names[i] ? fj_arena_strdup(a, names[i]) : fj_graph_fresh_name(g, NULL);
+		if (!val->name || !name_insert(g, v))
+			goto oom;
+		if (types && !fj_graph_copy_type(g, &val->type, &types[i]))
+			goto oom;
+		n.res[i] = v;
+	}
+	g->nodes[g->nnodes++] = n;
+	return idx;
+oom:
+	g->module->oom = true;
+	return FJ_NONODE;
+}
+
+fj_status fj_graph_set_results(fj_graph *g, const fj_vid *res, uint32_t n)
+{
+	fj_vid *r = fj_arena_alloc(graph_arena(g), (n ? n : 1) * sizeof *r);
+	if (!r) {
+		g->module->oom = true;
+		return FJ_ERR_NOMEM;
+	}
+	if (n)
+		memcpy(r, res, n * sizeof *r);
+	g->results = r;
+	g->nresults = n;
+	return FJ_OK;
+}
+
+bool fj_type_equal(const fj_type *a, const fj_type *b)
+{
+	if (a->dtype != b->dtype || a->rank != b->rank)
+		return false;
+	for (int i = 0; i < a->rank; i++)
+		if (a->dims[i] != b->dims[i])
+			return false;
+	return true;
+}
+
+/* ---- symbolic sizes ---- */
+
+static fj_status intern_expr(fj_module *m, int64_t coef, const uint32_t *syms, uint32_t n, fj_dim *out)
+{
+	if (n == 0) {
+		*out = coef;
+		return FJ_OK;
+	}
+	if (coef == 0) {
+		*out = 0;
+		return FJ_OK;
+	}
+	for (uint32_t i = 0; i < m->nexprs; i++) {
+		fj_symexpr *e = &m->exprs[i];
+		if (e->coef == coef && e->nsyms == n && memcmp(e->syms, syms, n * sizeof *syms) == 0) {
+			*out = -(fj_dim)i - 1;
+			return FJ_OK;
+		}
+	}
+	if (m->nexprs == m->cap_exprs) {
+		uint32_t ncap = m->cap_exprs ? m->cap_exprs * 2 : 16;
+		fj_symexpr *ne = fj_arena_grow(&m->arena, m->exprs, m->nexprs, ncap, sizeof *ne);
+		if (!ne)
+			goto oom;
+		m->exprs = ne;
+		m->cap_exprs = ncap;
+	}
+	uint32_t *s = fj_arena_alloc(&m->arena, n * sizeof *s);
+	if (!s)
+		goto oom;
+	memcpy(s, syms, n * sizeof *s);
+	m->exprs[m->nexprs] = (fj_symexpr){coef, n, s};
+	*out = -(fj_dim)m->nexprs - 1;
+	m->nexprs++;
+	return FJ_OK;
+oom:
+	m->oom = true;
+	return FJ_ERR_NOMEM;
+}
+
+fj_status fj_dim_symbol(fj_module *m, const char *name, size_t len, fj_dim *out)
+{
+	uint32_t s;
+	for (s = 0; s < m->nsymbols; s++)
+		if (strncmp(m->symbols[s], name, len) == 0 && m->symbols[s][len] == 0)
+			break;
+	if (s == m->nsymbols) {
+		if (m->nsymbols == m->cap_symbols) {
+			uint32_t ncap = m->cap_symbols ? m->cap_symbols * 2 : 8;
+			char **ns = fj_arena_grow(&m->arena, m->symbols, m->nsymbols, ncap, sizeof *ns);
+			if (!ns)
+				goto oom;
+			m->symbols = ns;
+			m->cap_symbols = ncap;
+		}
+		char *copy = fj_arena_strndup(&m->arena, name, len);
+		if (!copy)
+			goto oom;
+		m->symbols[m->nsymbols++] = copy;
+	}
+	return intern_expr(m, 1, &s, 1, out);
+oom:
+	m->oom = true;
+	return FJ_ERR_NOMEM;
+}
+
+const fj_symexpr *fj_dim_expr(const fj_module *m, fj_dim d)
+{
+	FJ_ASSERT(d < 0 && (uint64_t)(-(d + 1)) < m->nexprs);
+	return &m->exprs[-(d + 1)];
+}
+
+const char *fj_symbol_name(const fj_module *m, uint32_t sym) { return m->symbols[sym]; }
+uint32_t fj_symbol_count(const fj_module *m) { return m->nsymbols; }
+
+#define MAX_SYMS 16
+
+static void split(const fj_module *m, fj_dim d, int64_t *coef, uint32_t *syms, uint32_t *n)
+{
+	if (d >= 0) {
+		*coef = d;
+		*n = 0;
+		return;
+	}
+	const fj_symexpr *e = fj_dim_expr(m, d);
+	*coef = e->coef;
+	*n = e->nsyms;
+	memcpy(syms, e->syms, e->nsyms * sizeof *syms);
+}
+
+bool fj_dim_mul(fj_module *m, fj_dim a, fj_dim b, fj_dim *out)
+{
+	int64_t ca, cb, c;
+	uint32_t sa[MAX_SYMS], sb[MAX_SYMS], s[2 * MAX_SYMS], na, nb, n = 0, i = 0, j = 0;
+	split(m, a, &ca, sa, &na);
+	split(m, b, &cb, sb, &nb);
+	if (__builtin_mul_overflow(ca, cb, &c))
+		return false;
+	if (c == 0) {
+		*out = 0;
+		return true;
+	}
+	if (na + nb > MAX_SYMS)
+		return false;
+	while (i < na || j < nb)
+		s[n++] = (j >= nb || (i < na && sa[i] <= sb[j])) ? sa[i++] : sb[j++];
+	return intern_expr(m, c, s, n, out) == FJ_OK;
+}
+
+bool fj_dim_div(fj_module *m, fj_dim a, fj_dim b, fj_dim *out)
+{
+	int64_t ca, cb;
+	uint32_t sa[MAX_SYMS], sb[MAX_SYMS], s[MAX_SYMS], na, nb, n = 0, i = 0, j = 0;
+	split(m, a, &ca, sa, &na);
+	split(m, b, &cb, sb, &nb);
+	if (cb == 0 || ca % cb != 0)
+		return false;
+	/* Every symbol of b must occur in a (multiset difference). */
+	while (i < na) {
+		if (j < nb && sa[i] == sb[j]) {
+			i++;
+			j++;
+		} else if (j < nb && sb[j] < sa[i]) {
+			return false;
+		} else {
+			s[n++] = sa[i++];
+		}
+	}
+	if (j < nb)
+		return false;
+	return intern_expr(m, ca / cb, s, n, out) == FJ_OK;
+}
+
+bool fj_dim_product(fj_module *m, const fj_dim *d, int n, fj_dim *out)
+{
+	fj_dim p = 1;
+	for (int i = 0; i < n; i++)
+		if (!fj_dim_mul(m, p, d[i], &p))
+			return false;
+	*out = p;
+	return true;
+}
+
+int fj_dim_format(const fj_module *m, fj_dim d, char *buf, size_t size)
+{
+	if (d >= 0)
+		return snprintf(buf, size, "%lld", (long long)d);
+	const fj_symexpr *e = fj_dim_expr(m, d);
+	/* Symbols print in name order, so the text does not depend on the order
+	 * in which the module first met them. */
+	const char *names[MAX_SYMS];
+	for (uint32_t i = 0; i < e->nsyms; i++) {
+		const char *n = m->symbols[e->syms[i]];
+		uint32_t j = i;
+		for (; j > 0 && strcmp(names[j - 1], n) > 0; j--)
+			names[j] = names[j - 1];
+		names[j] = n;
+	}
+	size_t len = 0;
+	for (uint32_t i = 0; i < e->nsyms; i++) {
+		int k = snprintf(buf + len, len < size ? size - len : 0, "%s%s", i ? "*" : "", names[i]);
+		len += (size_t)k;
+	}
+	if (e->coef != 1) {
+		int k = snprintf(buf + len, len < size ? size - len : 0, "*%lld", (long long)e->coef);
+		len += (size_t)k;
+	}
+	return (int)len;
+}
+
+/* ---- attributes ---- */
+
+fj_attr fj_attr_int(int64_t i) { return (fj_attr){.kind = FJ_AK_INT, .u.i = i}; }
+fj_attr fj_attr_float(double f) { return (fj_attr){.kind = FJ_AK_FLOAT, .u.f = f}; }
+fj_attr fj_attr_bool(bool b) { return (fj_attr){.kind = FJ_AK_BOOL, .u.b = b}; }
+fj_attr fj_attr_dtype(fj_dtype dt) { return (fj_attr){.kind = FJ_AK_DTYPE, .u.dt = dt}; }
+
+fj_attr fj_attr_str(fj_graph *g, const char *s)
+{
+	fj_attr a = {.kind = FJ_AK_STR};
+	a.u.s = fj_arena_strdup(graph_arena(g), s);
+	if (!a.u.s) {
+		g->module->oom = true;
+		a.kind = FJ_AK_ABSENT;
+	}
+	return a;
+}
+
+fj_attr fj_attr_list(fj_graph *g, const fj_attr *items, uint32_t n)
+{
+	fj_attr a = {.kind = FJ_AK_LIST, .n = n};
+	a.u.items = fj_arena_alloc(graph_arena(g), (n ? n : 1) * sizeof *items);
+	if (!a.u.items) {
+		g->module->oom = true;
+		a.kind = FJ_AK_ABSENT;
+		return a;
+	}
+	if (n)
+		memcpy(a.u.items, items, n * sizeof *items);
+	return a;
+}
+
+fj_attr fj_attr_ints(fj_graph *g, const int64_t *v, uint32_t n)
+{
+	fj_attr a = {.kind = FJ_AK_LIST, .n = n};
+	a.u.items = fj_arena_alloc(graph_arena(g), (n ? n : 1) * sizeof *a.u.items);
+	if (!a.u.items) {
+		g->module->oom = true;
+		a.kind = FJ_AK_ABSENT;
+		return a;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		a.u.items[i] = fj_attr_int(v[i]);
+	return a;
+}
+
+fj_status fj_node_set_attr(fj_graph *g, uint32_t node, const char *name, fj_attr a)
+{
+	fj_node *n = &g->nodes[node];
+	const fj_opinfo *oi = fj_op_info(g->module->ctx, n->op);
+	int i = fj_op_attr_index(oi, name, strlen(name));
+	if (i < 0)
+		return fj_error(g->module->ctx, n->loc, "%s has no attribute '%s'", oi->name, name);
+	n->attrs[i] = a;
+	return FJ_OK;
+}
+
+const fj_attr *fj_node_attr(const fj_context *ctx, const fj_node *n, const char *name)
+{
+	const fj_opinfo *oi = fj_op_info(ctx, n->op);
+	int i = fj_op_attr_index(oi, name, strlen(name));
+	FJ_ASSERT(i >= 0);
+	return n->attrs[i].kind != FJ_AK_ABSENT ? &n->attrs[i] : &oi->attrs[i].dflt;
+}
+
+int64_t fj_attr_as_int(const fj_attr *a)
+{
+	switch (a->kind) {
+	case FJ_AK_INT: return a->u.i;
+	case FJ_AK_BOOL: return a->u.b;
+	case FJ_AK_FLOAT: return (int64_t)a->u.f;
+	default: return 0;
+	}
+}
+
+double fj_attr_as_float(const fj_attr *a)
+{
+	switch (a->kind) {
+	case FJ_AK_INT: return (double)a->u.i;
+	case FJ_AK_BOOL: return a->u.b;
+	case FJ_AK_FLOAT: return a->u.f;
+	default: return 0;
+	}
+}
+
+bool fj_attr_is_none(const fj_attr *a) { return a->kind == FJ_AK_NONE || a->kind == FJ_AK_ABSENT; }
+
+bool fj_attr_equal(const fj_attr *a, const fj_attr *b)
+{
+	if (a->kind != b->kind)
+		return false;
+	switch (a->kind) {
+	case FJ_AK_ABSENT:
+	case FJ_AK_NONE: return true;
+	case FJ_AK_BOOL: return a->u.b == b->u.b;
+	case FJ_AK_INT: return a->u.i == b->u.i;
+	case FJ_AK_FLOAT: return memcmp(&a->u.f, &b->u.f, sizeof a->u.f) == 0;
+	case FJ_AK_STR: return strcmp(a->u.s, b->u.s) == 0;
+	case FJ_AK_DTYPE: return a->u.dt == b->u.dt;
+	case FJ_AK_DIM: return a->u.dim == b->u.dim;
+	case FJ_AK_LIST:
+		if (a->n != b->n)
+			return false;
+		for (uint32_t i = 0; i < a->n; i++)
+			if (!fj_attr_equal(&a->u.items[i], &b->u.items[i]))
+				return false;
+		return true;
+	}
+	return false;
+}

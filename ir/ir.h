@@ -1,0 +1,427 @@
+/* ir.h -- fusejit's graph IR: dtypes, symbolic sizes, values, nodes, graphs,
+ * modules, attributes and the op table.
+ *
+ * Ownership: a context (fj_context) owns the allocator and the diagnostics. A
+ * module owns its graphs, its symbol table and an arena for module-wide data;
+ * each graph owns an arena from which its values, nodes, attributes and names
+ * are allocated, all freed by one fj_graph_destroy.
+ *
+ * Values are 32-bit ids (fj_vid) into the graph's value array. Nodes are kept in
+ * topological order in the graph's node array. A value is a graph parameter, a
+ * node result, or a literal scalar (a weak-typed number, see IR.md §1).
+ *
+ * Sizes (fj_dim) are int64_t: a value >= 0 is a static size; a negative value
+ * -(1+k) names entry k of the module's table of symbolic size expressions, each
+ * a product coef * s1 * s2 * ... of symbols. Expressions are interned, so two
+ * dims are equal exactly when their fj_dim values are equal.
+ */
+#ifndef FJ_IR_H
+#define FJ_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fusejit/fusejit.h"
+
+#define FJ_ASSERT(c) ((c) ? (void)0 : fj_assert_fail(#c, __FILE__, __LINE__))
+#define FJ_UNREACHABLE() fj_assert_fail("unreachable", __FILE__, __LINE__)
+_Noreturn void fj_assert_fail(const char *what, const char *file, int line);
+
+#define FJ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define FJ_MAX_RANK 8
+
+/* ---- context: allocator, diagnostics, interned strings (ir/context.c) ---- */
+
+typedef struct fj_loc {
+	const char *file; /* NULL when there is no file */
+	uint32_t line, col;
+} fj_loc;
+
+void *fj_alloc(fj_context *ctx, size_t n);                 /* NULL on failure */
+void *fj_realloc(fj_context *ctx, void *p, size_t osize, size_t nsize);
+void fj_free(fj_context *ctx, void *p, size_t size);
+char *fj_strdup(fj_context *ctx, const char *s);          /* free with fj_free(ctx, s, strlen(s)+1) */
+
+/* Records an error (returns FJ_ERR_INVALID for convenience, or the status given
+ * to fj_diag_status). Messages are formatted as with printf. */
+fj_status fj_error(fj_context *ctx, fj_loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+fj_status fj_error_status(fj_context *ctx, fj_status st, fj_loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+fj_status fj_verror(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc,
+                    const char *fmt, va_list ap);
+void fj_warning(fj_context *ctx, fj_loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Number of errors recorded so far (never reset by clear). */
+size_t fj_context_error_count(const fj_context *ctx);
+/* Formats d as "file:line:col: error: message" into buf (truncating). */
+void fj_format_diagnostic(const fj_diagnostic *d, char *buf, size_t size);
+
+/* ---- arena (ir/arena.c) ---- */
+
+typedef struct fj_arena_block fj_arena_block;
+typedef struct fj_arena {
+	fj_context *ctx;
+	fj_arena_block *head;
+	size_t used, cap; /* of head */
+	size_t total;     /* bytes obtained from the allocator */
+} fj_arena;
+
+void fj_arena_init(fj_arena *a, fj_context *ctx);
+void fj_arena_free(fj_arena *a);
+void *fj_arena_alloc(fj_arena *a, size_t n); /* 16-byte aligned, zeroed; NULL on failure */
+char *fj_arena_strdup(fj_arena *a, const char *s);
+char *fj_arena_strndup(fj_arena *a, const char *s, size_t n);
+/* Grows an arena-allocated array: returns a copy of old (n elements of size
+ * elem) with room for cap elements, or NULL. */
+void *fj_arena_grow(fj_arena *a, void *old, size_t n, size_t cap, size_t elem);
+char *fj_arena_printf(fj_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- dtypes ---- */
+
+typedef enum fj_dtype {
+#define DTYPE(E, name, size, npy, kind) FJ_DT_##E,
+#include "dtypes.def"
+	FJ_DT_COUNT
+} fj_dtype;
+
+const char *fj_dtype_name(fj_dtype dt);
+int fj_dtype_size(fj_dtype dt);
+const char *fj_dtype_npy(fj_dtype dt);
+bool fj_dtype_from_name(const char *s, size_t n, fj_dtype *out);
+bool fj_dtype_is_float(fj_dtype dt);
+bool fj_dtype_is_int(fj_dtype dt);  /* signed or unsigned integer, not bool */
+bool fj_dtype_is_bool(fj_dtype dt);
+/* PyTorch's promoteTypes for two dtypes (f16 + bf16 -> f32, u8 + i8 -> i16). */
+fj_dtype fj_dtype_promote(fj_dtype a, fj_dtype b);
+
+/* ---- sizes ---- */
+
+typedef int64_t fj_dim;
+typedef struct fj_module fj_module;
+
+/* A symbolic size expression: coef * syms[0] * ... * syms[nsyms-1], syms
+ * sorted by symbol index (repeats allowed: N*N). */
+typedef struct fj_symexpr {
+	int64_t coef;
+	uint32_t nsyms;
+	uint32_t *syms; /* indexes into the module's symbol table */
+} fj_symexpr;
+
+static inline bool fj_dim_is_static(fj_dim d) { return d >= 0; }
+/* The dim of symbol `name` (interned); FJ_ERR_* on allocation failure. */
+fj_status fj_dim_symbol(fj_module *m, const char *name, size_t len, fj_dim *out);
+/* a*b, exact a/b (fails when not exact or not representable), overflow-checked.
+ * They return false on failure and leave *out untouched; allocation failures
+ * mark the module (fj_module_oom). */
+bool fj_dim_mul(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
+bool fj_dim_div(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
+/* Product of n dims (1 for n == 0). */
+bool fj_dim_product(fj_module *m, const fj_dim *d, int n, fj_dim *out);
+const fj_symexpr *fj_dim_expr(const fj_module *m, fj_dim d); /* d < 0 */
+const char *fj_symbol_name(const fj_module *m, uint32_t sym);
+uint32_t fj_symbol_count(const fj_module *m);
+/* Writes the dim as text: "4096", "N", "N*4096" (the coefficient last, as written). */
+int fj_dim_format(const fj_module *m, fj_dim d, char *buf, size_t size);
+
+/* ---- types ---- */
+
+typedef struct fj_type {
+	fj_dtype dtype;
+	uint8_t rank;
+	bool weak;   /* a literal scalar's type: PyTorch's "wrapped number" */
+	fj_dim *dims; /* rank entries, owned by the graph's arena (NULL if rank 0) */
+} fj_type;
+
+bool fj_type_equal(const fj_type *a, const fj_type *b);
+
+/* ---- attributes ---- */
+
+typedef enum fj_attr_kind {
+	FJ_AK_ABSENT = 0, /* not written: the op table's default applies */
+	FJ_AK_NONE,       /* written `none` */
+	FJ_AK_BOOL,
+	FJ_AK_INT,
+	FJ_AK_FLOAT,
+	FJ_AK_STR,
+	FJ_AK_DTYPE,
+	FJ_AK_DIM,  /* a symbolic size expression (static sizes are FJ_AK_INT) */
+	FJ_AK_LIST
+} fj_attr_kind;
+
+typedef struct fj_attr {
+	uint8_t kind;    /* fj_attr_kind */
+	uint32_t n;      /* FJ_AK_LIST: number of items */
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		const char *s; /* NUL-terminated; arena-owned */
+		fj_dtype dt;
+		fj_dim dim;
+		struct fj_attr *items;
+	} u;
+} fj_attr;
+
+/* The kinds an op's attribute accepts (the op table's attribute specs). */
+typedef enum fj_attr_type {
+	FJ_AT_BOOL,   /* bool */
+	FJ_AT_INT,    /* int */
+	FJ_AT_FLOAT,  /* float: an int literal is accepted and read as float */
+	FJ_AT_NUM,    /* scalar: int, float or bool (fill values, alpha ...) */
+	FJ_AT_STR,    /* str */
+	FJ_AT_DTYPE,  /* dtype */
+	FJ_AT_INTS,   /* ints: list of int */
+	FJ_AT_DIMS,   /* dims: list of sizes (int or symbolic); a shape */
+	FJ_AT_BOOLS,  /* bools: list of bool */
+	FJ_AT_FLOATS  /* floats: list of float */
+} fj_attr_type;
+
+/* ---- the op table (ir/ops.def, ir/op.c) ---- */
+
+typedef enum fj_op {
+#define OP(E, name, operands, results, attrs, flags, infer) FJ_OP_##E,
+#include "ops.def"
+	FJ_OP_COUNT
+} fj_op;
+
+enum {
+	FJ_OPF_POINTWISE = 1u << 0,
+	FJ_OPF_REDUCTION = 1u << 1,
+	FJ_OPF_LAYOUT = 1u << 2,
+	FJ_OPF_OPAQUE = 1u << 3,
+	FJ_OPF_RANDOM = 1u << 4,
+	FJ_OPF_RECOMPUTABLE = 1u << 5,
+	FJ_OPF_ATEN = 1u << 6,  /* set from the layer of the name, not in ops.def */
+	FJ_OPF_PRIMS = 1u << 7,
+	FJ_OPF_FUSION = 1u << 8,
+	FJ_OPF_SOURCE = 1u << 9   /* no tensor operand read: full, iota, rand ... */
+};
+
+typedef struct fj_attr_spec {
+	const char *name;
+	fj_attr_type type;
+	bool optional;    /* `none` accepted */
+	bool required;    /* no default: must be written */
+	fj_attr dflt;     /* the default when absent (kind FJ_AK_NONE for none) */
+} fj_attr_spec;
+
+typedef struct fj_operand_spec {
+	const char *name;
+	bool optional; /* `none` accepted */
+	bool variadic; /* any number (last only): '*' zero or more, '+' one or more */
+	bool nonempty; /* '+' */
+} fj_operand_spec;
+
+typedef struct fj_infer fj_infer;
+typedef fj_status (*fj_infer_fn)(fj_infer *ic);
+
+#define FJ_MAX_SPEC 12
+
+typedef struct fj_opinfo {
+	const char *name;   /* "aten.add" */
+	uint32_t flags;     /* FJ_OPF_* */
+	uint8_t noperands, nresults, nattrs;
+	bool variadic_results; /* fusion.kernel: as many as its body yields */
+	fj_operand_spec operands[FJ_MAX_SPEC];
+	const char *results[FJ_MAX_SPEC];
+	fj_attr_spec attrs[FJ_MAX_SPEC];
+	fj_infer_fn infer;
+	const char *infer_name;
+} fj_opinfo;
+
+/* The parsed op table (parsed once per context from ops.def's spec strings). */
+const fj_opinfo *fj_op_info(const fj_context *ctx, fj_op op);
+const char *fj_op_name(fj_op op);
+bool fj_op_lookup(const char *name, size_t len, fj_op *out);
+/* Index of the attribute spec named `name` in the op, or -1. */
+int fj_op_attr_index(const fj_opinfo *oi, const char *name, size_t len);
+
+/* ---- values, nodes, graphs, modules ---- */
+
+typedef uint32_t fj_vid;
+#define FJ_NOVAL UINT32_MAX  /* a `none` operand */
+#define FJ_NONODE UINT32_MAX
+
+typedef enum fj_value_kind { FJ_VK_PARAM, FJ_VK_RESULT, FJ_VK_LITERAL } fj_value_kind;
+
+/* A literal scalar operand (IR.md §1). */
+typedef struct fj_literal {
+	enum { FJ_LIT_INT, FJ_LIT_FLOAT, FJ_LIT_BOOL } kind;
+	int64_t i;
+	double f;
+	bool b;
+} fj_literal;
+
+/* Tri-state annotation: not written, false, true. */
+enum { FJ_TRI_UNSET = 0, FJ_TRI_FALSE = 1, FJ_TRI_TRUE = 2 };
+
+typedef struct fj_value {
+	fj_type type;
+	const char *name;  /* without '%'; NULL for literals */
+	uint8_t kind;      /* fj_value_kind */
+	uint8_t recomputable; /* parameter annotation, FJ_TRI_* */
+	bool nograd;       /* parameter annotation */
+	uint32_t def;      /* FJ_VK_RESULT: defining node index; FJ_VK_PARAM: param index */
+	uint32_t res;      /* FJ_VK_RESULT: result index in the node */
+	fj_literal lit;    /* FJ_VK_LITERAL */
+	fj_loc loc;
+} fj_value;
+
+typedef struct fj_graph fj_graph;
+
+typedef struct fj_node {
+	fj_op op;
+	uint32_t nopnds, nres;
+	fj_vid *opnds; /* FJ_NOVAL for `none` */
+	fj_vid *res;
+	fj_attr *attrs; /* one per attribute spec of the op, FJ_AK_ABSENT when not written */
+	uint8_t recomputable; /* annotation, FJ_TRI_* */
+	const char *schedule; /* annotation (fusion.kernel), NULL when absent */
+	const char *kernel;   /* annotation (fusion.kernel), NULL when absent */
+	fj_graph *body;       /* fusion.kernel: the region, NULL otherwise */
+	fj_loc loc;
+} fj_node;
+
+struct fj_graph {
+	fj_module *module;
+	fj_graph *parent;   /* the graph holding the fusion.kernel of a body; NULL for a top-level graph */
+	fj_arena arena;     /* a body allocates from its top-level graph's arena */
+	const char *name;   /* without '@' */
+	fj_value *values;
+	uint32_t nvalues, cap_values;
+	fj_node *nodes;
+	uint32_t nnodes, cap_nodes;
+	fj_vid *params;     /* for a body: its operands, under their outer names */
+	uint32_t nparams, cap_params;
+	fj_vid *results;    /* return (or yield) operands */
+	uint32_t nresults;
+	int64_t num_fwd_outputs; /* annotation, -1 when absent */
+	fj_vid *name_tab;   /* open-addressed hash of named values, for lookup by name */
+	uint32_t name_cap, name_count;
+	uint32_t fresh;     /* counter for fj_graph_fresh_name */
+	fj_loc loc;
+};
+
+struct fj_module {
+	fj_context *ctx;
+	fj_arena arena;     /* symbols, size expressions */
+	const char *file;   /* the file the module was parsed from, or NULL */
+	fj_graph **graphs;
+	uint32_t ngraphs, cap_graphs;
+	char **symbols;
+	uint32_t nsymbols, cap_symbols;
+	fj_symexpr *exprs;
+	uint32_t nexprs, cap_exprs;
+	bool oom;           /* an allocation failed somewhere below */
+};
+
+fj_module *fj_module_create(fj_context *ctx);
+void fj_module_destroy(fj_module *m);
+/* NULL when allocation fails or the name is taken (an error is recorded). */
+fj_graph *fj_module_add_graph(fj_module *m, const char *name, fj_loc loc);
+fj_graph *fj_module_find_graph(const fj_module *m, const char *name);
+/* Removes graph i (destroying it) and keeps the order of the others. */
+void fj_module_remove_graph(fj_module *m, uint32_t i);
+/* Moves a graph created by fj_graph_create into the module at position i. */
+fj_status fj_module_insert_graph(fj_module *m, uint32_t i, fj_graph *g);
+/* A stand-alone graph of module m (not in its list). */
+fj_graph *fj_graph_create(fj_module *m, const char *name);
+void fj_graph_destroy(fj_graph *g);
+/* A body graph for a fusion.kernel node of `parent`. */
+fj_graph *fj_graph_create_body(fj_graph *parent);
+static inline fj_context *fj_graph_ctx(const fj_graph *g) { return g->module->ctx; }
+
+/* Adds a value; returns FJ_NOVAL on allocation failure (and marks the module). */
+fj_vid fj_graph_add_param(fj_graph *g, const char *name, fj_type type, fj_loc loc);
+fj_vid fj_graph_add_literal(fj_graph *g, fj_literal lit, fj_loc loc);
+/* Appends a node with the given operands; its nres results get names (NULL:
+ * generated later by the printer) and types (NULL: left for inference).
+ * Returns the node index, or FJ_NONODE on allocation failure. */
+uint32_t fj_graph_add_node(fj_graph *g, fj_op op, const fj_vid *opnds, uint32_t nopnds,
+                           uint32_t nres, const char *const *names, const fj_type *types,
+                           fj_loc loc);
+/* Copies a type into the graph's arena (dims included). */
+bool fj_graph_copy_type(fj_graph *g, fj_type *dst, const fj_type *src);
+fj_status fj_graph_set_results(fj_graph *g, const fj_vid *res, uint32_t n);
+static inline fj_value *fj_val(const fj_graph *g, fj_vid v) { return &g->values[v]; }
+/* The value named `name` in g (not its parents), or FJ_NOVAL. */
+fj_vid fj_graph_find_value(const fj_graph *g, const char *name, size_t len);
+/* A name not used in g (nor, for a body, in its parents): hint if free, else
+ * hint followed by a number; a plain number when hint is NULL. Arena-owned;
+ * NULL on allocation failure. */
+const char *fj_graph_fresh_name(fj_graph *g, const char *hint);
+/* Renames value v (registering the new name). */
+fj_status fj_graph_rename_value(fj_graph *g, fj_vid v, const char *name);
+
+/* Attributes (on the graph's arena). */
+fj_attr fj_attr_int(int64_t i);
+fj_attr fj_attr_float(double f);
+fj_attr fj_attr_bool(bool b);
+fj_attr fj_attr_dtype(fj_dtype dt);
+fj_attr fj_attr_str(fj_graph *g, const char *s); /* kind ABSENT on allocation failure */
+fj_attr fj_attr_list(fj_graph *g, const fj_attr *items, uint32_t n);
+fj_attr fj_attr_ints(fj_graph *g, const int64_t *v, uint32_t n);
+/* Sets attribute `name` of node n; FJ_ERR_INVALID when the op has no such attribute. */
+fj_status fj_node_set_attr(fj_graph *g, uint32_t node, const char *name, fj_attr a);
+/* The attribute value in effect: the written one, else the default. */
+const fj_attr *fj_node_attr(const fj_context *ctx, const fj_node *n, const char *name);
+
+/* Reading attributes whose kind the verifier has checked. */
+int64_t fj_attr_as_int(const fj_attr *a);
+double fj_attr_as_float(const fj_attr *a);
+bool fj_attr_is_none(const fj_attr *a);
+bool fj_attr_equal(const fj_attr *a, const fj_attr *b);
+
+/* ---- type inference (ir/infer.c) ---- */
+
+struct fj_infer {
+	fj_module *m;
+	fj_graph *g;       /* types are allocated on g's arena */
+	fj_op op;
+	const fj_opinfo *info;
+	fj_loc loc;
+	uint32_t nin;
+	const fj_type *const *in;     /* nin entries; NULL for a `none` operand */
+	const fj_literal *const *lit; /* nin entries; the literal for weak scalar operands, else NULL */
+	const fj_attr *attrs;         /* info->nattrs entries, defaults filled in */
+	uint32_t nout;
+	fj_type *out;                 /* nout entries to fill */
+	const fj_graph *body;         /* fusion.kernel's body */
+};
+
+/* Infers the result types of node `node` of g (writing them into its result
+ * values). Records an error at the node's place and returns it on failure. */
+fj_status fj_infer_node(fj_graph *g, uint32_t node, fj_type *out);
+fj_status fj_infer_error(fj_infer *ic, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- printer and verifier (ir/print.c, ir/verify.c) ---- */
+
+typedef struct fj_buf {
+	fj_context *ctx;
+	char *data;
+	size_t len, cap;
+	bool oom;
+} fj_buf;
+
+void fj_buf_init(fj_buf *b, fj_context *ctx);
+void fj_buf_free(fj_buf *b);
+void fj_buf_puts(fj_buf *b, const char *s);
+void fj_buf_putn(fj_buf *b, const char *s, size_t n);
+void fj_buf_printf(fj_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints a module / graph in the text format of IR.md §1. Returns FJ_ERR_NOMEM
+ * when the buffer could not grow. */
+fj_status fj_print_module(fj_buf *b, const fj_module *m);
+fj_status fj_print_graph(fj_buf *b, const fj_graph *g);
+/* Prints a float so that it parses back to the same bits. */
+void fj_format_float(double f, char *buf, size_t size);
+
+/* Checks SSA, arity, attribute kinds and ranges, inferred types and
+ * annotations; records every problem found and returns FJ_ERR_INVALID if any. */
+fj_status fj_verify_module(fj_module *m);
+fj_status fj_verify_graph(fj_graph *g);
+
+#endif

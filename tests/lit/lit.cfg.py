@@ -1,0 +1,22 @@
+# lit configuration for fusejit's FileCheck tests (tests/lit/**/*.fj).
+import os
+import shutil
+
+import lit.formats
+
+config.name = "fusejit"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".fj"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.join(config.fj_src_root, "tests", "lit")
+config.test_exec_root = os.path.join(config.fj_obj_root, "tests", "lit")
+
+# Tools first on PATH: the build's fusejit-opt/fusejit-run, then FileCheck/not.
+config.environment["PATH"] = os.pathsep.join(
+    [config.fj_obj_root, config.fj_llvm_bin, config.environment.get("PATH", os.environ.get("PATH", ""))])
+for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", "TMPDIR"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+config.substitutions.append(("%fj_src", config.fj_src_root))
+if shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", "")):
+    config.available_features.add("ptxas")

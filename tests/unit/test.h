@@ -1,0 +1,25 @@
+/* test.h -- shared helpers for fusejit's unit tests (check, fork mode). */
+#ifndef FJ_TEST_H
+#define FJ_TEST_H
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+#define SUITE(name) Suite *suite_##name(void);
+#include "suites.def"
+
+/* A context whose allocator fails the n-th allocation (counting from 1) and
+ * every one after it, when fail_at > 0. */
+typedef struct fj_test_alloc {
+	long count, fail_at;
+	size_t live;
+} fj_test_alloc;
+void *fj_test_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* The directory of tests/ (FJ_TEST_DATA), for data files. */
+const char *fj_test_data_dir(void);
+
+#endif

@@ -1,0 +1,141 @@
+/* test_ir.c -- the core IR: arena, dtypes, symbolic sizes, graphs, names,
+ * and the allocator failure paths of context creation. */
+#include "test.h"
+
+START_TEST(test_dtype_promote)
+{
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_F16, FJ_DT_BF16), FJ_DT_F32);
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_U8, FJ_DT_I8), FJ_DT_I16);
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_BOOL, FJ_DT_I32), FJ_DT_I32);
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_I64, FJ_DT_F16), FJ_DT_F16);
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_F32, FJ_DT_F64), FJ_DT_F64);
+	ck_assert_int_eq(fj_dtype_promote(FJ_DT_U8, FJ_DT_I64), FJ_DT_I64);
+	fj_dtype dt;
+	ck_assert(fj_dtype_from_name("bf16", 4, &dt) && dt == FJ_DT_BF16);
+	ck_assert(!fj_dtype_from_name("f8", 2, &dt));
+}
+END_TEST
+
+START_TEST(test_symbolic_dims)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = fj_module_create(ctx);
+	fj_dim n, k, p, q, r;
+	ck_assert_int_eq(fj_dim_symbol(m, "N", 1, &n), FJ_OK);
+	ck_assert_int_eq(fj_dim_symbol(m, "K", 1, &k), FJ_OK);
+	ck_assert(n < 0 && k < 0 && n != k);
+	ck_assert(fj_dim_mul(m, n, 4096, &p));
+	ck_assert(fj_dim_mul(m, 4096, n, &q));
+	ck_assert(p == q); /* interned */
+	ck_assert(fj_dim_div(m, p, 4096, &r) && r == n);
+	ck_assert(fj_dim_div(m, p, n, &r) && r == 4096);
+	ck_assert(!fj_dim_div(m, p, k, &r));
+	ck_assert(!fj_dim_div(m, 10, 3, &r));
+	ck_assert(fj_dim_mul(m, p, 0, &r) && r == 0);
+	ck_assert(!fj_dim_mul(m, INT64_MAX, 2, &r));
+	char buf[64];
+	fj_dim_format(m, p, buf, sizeof buf);
+	ck_assert_str_eq(buf, "N*4096");
+	ck_assert(fj_dim_mul(m, k, n, &r));
+	fj_dim_format(m, r, buf, sizeof buf);
+	ck_assert_str_eq(buf, "K*N");
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_graph_names)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = fj_module_create(ctx);
+	fj_graph *g = fj_module_add_graph(m, "main", (fj_loc){0});
+	ck_assert_ptr_nonnull(g);
+	ck_assert_ptr_null(fj_module_add_graph(m, "main", (fj_loc){0}));
+	fj_dim d[2] = {2, 3};
+	fj_type t = {FJ_DT_F32, 2, false, d};
+	fj_vid x = fj_graph_add_param(g, "x", t, (fj_loc){0});
+	ck_assert_uint_ne(x, FJ_NOVAL);
+	for (int i = 0; i < 500; i++) {
+		fj_vid ops[2] = {x, x};
+		uint32_t n = fj_graph_add_node(g, FJ_OP_PRIMS_ADD, ops, 2, 1, NULL, &t, (fj_loc){0});
+		ck_assert_uint_ne(n, FJ_NONODE);
+	}
+	ck_assert_uint_eq(fj_graph_find_value(g, "x", 1), x);
+	const char *f = fj_graph_fresh_name(g, "x");
+	ck_assert_str_ne(f, "x");
+	ck_assert_uint_eq(fj_graph_find_value(g, f, strlen(f)), FJ_NOVAL);
+	/* Every generated name resolves to its value. */
+	for (fj_vid v = 0; v < g->nvalues; v++)
+		ck_assert_uint_eq(fj_graph_find_value(g, g->values[v].name, strlen(g->values[v].name)), v);
+	ck_assert_int_eq(fj_graph_rename_value(g, x, "input"), FJ_OK);
+	ck_assert_uint_eq(fj_graph_find_value(g, "x", 1), FJ_NOVAL);
+	ck_assert_uint_eq(fj_graph_find_value(g, "input", 5), x);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_arena)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_arena a;
+	fj_arena_init(&a, ctx);
+	char *big = fj_arena_alloc(&a, 5u << 20);
+	ck_assert_ptr_nonnull(big);
+	for (int i = 0; i < 10000; i++) {
+		unsigned char *p = fj_arena_alloc(&a, (size_t)(i % 200) + 1);
+		ck_assert_ptr_nonnull(p);
+		ck_assert(((uintptr_t)p & 15) == 0);
+		ck_assert_int_eq(p[0], 0);
+		p[0] = 1;
+	}
+	ck_assert_str_eq(fj_arena_printf(&a, "%s-%d", "x", 7), "x-7");
+	fj_arena_free(&a);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* Every allocation of context and graph creation may fail: the calls return
+ * NULL or an error, and nothing leaks. */
+START_TEST(test_alloc_failures)
+{
+	for (long n = 1; n < 200; n++) {
+		fj_test_alloc ta = {0, n, 0};
+		fj_context *ctx = fj_context_create(fj_test_alloc_fn, &ta);
+		if (!ctx) {
+			ck_assert_uint_eq(ta.live, 0);
+			continue;
+		}
+		fj_module *m = fj_module_create(ctx);
+		if (m) {
+			fj_graph *g = fj_module_add_graph(m, "g", (fj_loc){0});
+			if (g) {
+				fj_dim d[1] = {4};
+				fj_type t = {FJ_DT_F32, 1, false, d};
+				fj_vid x = fj_graph_add_param(g, "x", t, (fj_loc){0});
+				for (int i = 0; i < 40 && x != FJ_NOVAL; i++) {
+					fj_vid ops[2] = {x, x};
+					if (fj_graph_add_node(g, FJ_OP_PRIMS_MUL, ops, 2, 1, NULL, &t, (fj_loc){0}) == FJ_NONODE)
+						break;
+				}
+			}
+			fj_module_destroy(m);
+		}
+		fj_context_destroy(ctx);
+		ck_assert_uint_eq(ta.live, 0);
+	}
+}
+END_TEST
+
+Suite *suite_ir(void)
+{
+	Suite *s = suite_create("ir");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_dtype_promote);
+	tcase_add_test(tc, test_symbolic_dims);
+	tcase_add_test(tc, test_graph_names);
+	tcase_add_test(tc, test_arena);
+	tcase_add_test(tc, test_alloc_failures);
+	suite_add_tcase(s, tc);
+	return s;
+}
