@@ -1,4 +1,5 @@
-/* context.c -- the fj_context: allocator, diagnostics, the parsed op table.
+/* context.c -- the fj_context: allocator, diagnostics, the parsed op table,
+ * and the slots where backends keep their per-context state.
  *
  * Every diagnostic is kept on the context (and handed to the callback when one
  * is installed), so that tools can print them all and embedders can read the
@@ -47,6 +48,11 @@ fj_context *fj_context_create(fj_alloc_fn alloc, void *alloc_ud)
 	memset(ctx, 0, sizeof *ctx);
 	ctx->alloc = alloc;
 	ctx->alloc_ud = alloc_ud;
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&ctx->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
 	if (fj_op_table_init(ctx) != FJ_OK) {
 		fj_context_destroy(ctx);
 		return NULL;
@@ -58,7 +64,11 @@ void fj_context_destroy(fj_context *ctx)
 {
 	if (!ctx)
 		return;
+	for (int i = FJ_SLOT_COUNT - 1; i >= 0; i--)
+		if (ctx->slots[i].p)
+			ctx->slots[i].destroy(ctx, ctx->slots[i].p);
 	fj_context_clear_diagnostics(ctx);
+	pthread_mutex_destroy(&ctx->lock);
 	fj_op_table_free(ctx);
 	ctx->alloc(ctx->alloc_ud, ctx, sizeof *ctx, 0);
 }
@@ -109,6 +119,7 @@ size_t fj_context_error_count(const fj_context *ctx) { return ctx->nerrors; }
 
 void fj_context_clear_diagnostics(fj_context *ctx)
 {
+	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < ctx->ndiags; i++) {
 		fj_diagnostic *d = &ctx->diags[i];
 		if (d->file)
@@ -119,6 +130,7 @@ void fj_context_clear_diagnostics(fj_context *ctx)
 	ctx->diags = NULL;
 	ctx->ndiags = ctx->cap_diags = 0;
 	ctx->last_error[0] = 0;
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 static const char *severity_name(fj_severity s)
@@ -145,6 +157,7 @@ fj_status fj_verror(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc,
 	char msg[1024];
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	fj_diagnostic d = {sev, loc.file, loc.line, loc.col, msg};
+	pthread_mutex_lock(&ctx->lock);
 	if (sev == FJ_SEV_ERROR) {
 		ctx->nerrors++;
 		fj_format_diagnostic(&d, ctx->last_error, sizeof ctx->last_error);
@@ -173,6 +186,7 @@ fj_status fj_verror(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc,
 			ctx->ndiags++;
 		}
 	}
+	pthread_mutex_unlock(&ctx->lock);
 	return st;
 }
 
@@ -203,3 +217,21 @@ void fj_warning(fj_context *ctx, fj_loc loc, const char *fmt, ...)
 }
 
 const char *fj_context_error(const fj_context *ctx) { return ctx->last_error; }
+
+fj_status fj_context_slot(fj_context *ctx, fj_ctx_slot slot, fj_slot_create_fn create,
+                          fj_slot_destroy_fn destroy, void **out)
+{
+	fj_status st = FJ_OK;
+	pthread_mutex_lock(&ctx->lock);
+	if (!ctx->slots[slot].p) {
+		void *p = NULL;
+		st = create(ctx, &p);
+		if (st == FJ_OK) {
+			ctx->slots[slot].p = p;
+			ctx->slots[slot].destroy = destroy;
+		}
+	}
+	*out = ctx->slots[slot].p;
+	pthread_mutex_unlock(&ctx->lock);
+	return st;
+}

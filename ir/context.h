@@ -2,6 +2,8 @@
 #ifndef FJ_CONTEXT_H
 #define FJ_CONTEXT_H
 
+#include <pthread.h>
+
 #include "ir.h"
 
 #define FJ_MAX_DIAGS 10000
@@ -17,6 +19,11 @@ struct fj_context {
 	char last_error[1200];
 	fj_opinfo *ops; /* FJ_OP_COUNT entries, parsed from ops.def */
 	fj_arena op_arena;
+	pthread_mutex_t lock; /* guards diagnostics and slots */
+	struct {
+		void *p;
+		void (*destroy)(fj_context *ctx, void *p);
+	} slots[FJ_SLOT_COUNT];
 };
 
 fj_status fj_op_table_init(fj_context *ctx);

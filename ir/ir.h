@@ -59,6 +59,21 @@ size_t fj_context_error_count(const fj_context *ctx);
 /* Formats d as "file:line:col: error: message" into buf (truncating). */
 void fj_format_diagnostic(const fj_diagnostic *d, char *buf, size_t size);
 
+/* Backend state a context owns, created on first use by the box that needs
+ * it and destroyed (in reverse slot order) with the context. */
+typedef enum fj_ctx_slot {
+	FJ_SLOT_THREAD_POOL,
+	FJ_SLOT_HOST_JIT,
+	FJ_SLOT_CUDA,
+	FJ_SLOT_KERNEL_CACHE,
+	FJ_SLOT_COUNT
+} fj_ctx_slot;
+typedef fj_status (*fj_slot_create_fn)(fj_context *ctx, void **out);
+typedef void (*fj_slot_destroy_fn)(fj_context *ctx, void *p);
+/* The slot's object, created with `create` on first use (thread-safe: once). */
+fj_status fj_context_slot(fj_context *ctx, fj_ctx_slot slot, fj_slot_create_fn create,
+                          fj_slot_destroy_fn destroy, void **out);
+
 /* ---- arena (ir/arena.c) ---- */
 
 typedef struct fj_arena_block fj_arena_block;
@@ -392,8 +407,16 @@ struct fj_infer {
 	const fj_graph *body;         /* fusion.kernel's body */
 };
 
-/* Infers the result types of node `node` of g (writing them into its result
- * values). Records an error at the node's place and returns it on failure. */
+/* Checks node `node` of g against its op's spec, before inference: operand
+ * count (variadic ones too), `none` only for optional operands, literal
+ * scalars only where the op accepts them, result count, attribute kinds,
+ * required attributes present, simple attribute ranges. Records an error at
+ * the node's place and returns FJ_ERR_INVALID on the first problem. */
+fj_status fj_check_node(fj_graph *g, uint32_t node);
+
+/* Infers the result types of node `node` of g into out[0..nres) (dims on g's
+ * arena); the node itself is not changed. Call fj_check_node first. Records
+ * an error at the node's place and returns it on failure. */
 fj_status fj_infer_node(fj_graph *g, uint32_t node, fj_type *out);
 fj_status fj_infer_error(fj_infer *ic, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

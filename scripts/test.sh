@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds fusejit and runs the whole test suite.
+#   scripts/test.sh              # build/ , warnings as errors
+#   FJ_SANITIZE=1 scripts/test.sh  # build-asan/ with -fsanitize=address,undefined
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ "${FJ_SANITIZE:-0}" = 1 ]; then
+  dir=${FJ_BUILD_DIR:-build-asan}
+  extra=(-DFUSEJIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
+  # JIT code and LLVM's statics: leaks are checked by the leak tests themselves.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:detect_odr_violation=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+else
+  dir=${FJ_BUILD_DIR:-build}
+  extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+fi
+cmake -S . -B "$dir" -DFUSEJIT_WERROR=ON "${extra[@]}" >/dev/null
+cmake --build "$dir" -j "$jobs"
+ctest --test-dir "$dir" --output-on-failure -j "$jobs"
