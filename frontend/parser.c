@@ -409,6 +409,8 @@ static int attr_slot(enum owner owner, const fj_opinfo *oi, fj_op op, const char
 			return i;
 		if (IS("recomputable"))
 			return SLOT_RECOMPUTABLE;
+		if (IS("nograd"))
+			return SLOT_NOGRAD;
 		if (op == FJ_OP_FUSION_KERNEL && IS("schedule"))
 			return SLOT_SCHEDULE;
 		if (op == FJ_OP_FUSION_KERNEL && IS("kernel"))
@@ -726,6 +728,7 @@ static fj_status parse_node(parser *p, fj_graph *g)
 		const pattr *a = &attrs[i];
 		switch (a->slot) {
 		case SLOT_RECOMPUTABLE: n->recomputable = a->val.u.b ? FJ_TRI_TRUE : FJ_TRI_FALSE; break;
+		case SLOT_NOGRAD: n->nograd = a->val.u.b; break;
 		case SLOT_SCHEDULE: n->schedule = a->val.u.s; break;
 		case SLOT_KERNEL: n->kernel = a->val.u.s; break;
 		default: n->attrs[a->slot] = a->val; break;

@@ -10,6 +10,14 @@
 
 #include "context.h"
 
+/* The calling thread's most recent error, per context (fj_context_error):
+ * with several threads on one context, each reads back its own. */
+static _Thread_local struct {
+	const fj_context *ctx;
+	char msg[sizeof ((fj_context *)0)->last_error];
+} tl_error;
+
+
 _Noreturn void fj_assert_fail(const char *what, const char *file, int line)
 {
 	fprintf(stderr, "fusejit: internal error: %s:%d: assertion failed: %s\n", file, line, what);
@@ -68,6 +76,8 @@ void fj_context_destroy(fj_context *ctx)
 		if (ctx->slots[i].p)
 			ctx->slots[i].destroy(ctx, ctx->slots[i].p);
 	fj_context_clear_diagnostics(ctx);
+	if (tl_error.ctx == ctx)
+		tl_error.ctx = NULL;
 	pthread_mutex_destroy(&ctx->lock);
 	fj_op_table_free(ctx);
 	ctx->alloc(ctx->alloc_ud, ctx, sizeof *ctx, 0);
@@ -130,6 +140,8 @@ void fj_context_clear_diagnostics(fj_context *ctx)
 	ctx->diags = NULL;
 	ctx->ndiags = ctx->cap_diags = 0;
 	ctx->last_error[0] = 0;
+	if (tl_error.ctx == ctx)
+		tl_error.msg[0] = 0;
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -161,6 +173,8 @@ fj_status fj_verror(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc,
 	if (sev == FJ_SEV_ERROR) {
 		ctx->nerrors++;
 		fj_format_diagnostic(&d, ctx->last_error, sizeof ctx->last_error);
+		tl_error.ctx = ctx;
+		memcpy(tl_error.msg, ctx->last_error, sizeof tl_error.msg);
 	}
 	if (ctx->diag_fn)
 		ctx->diag_fn(ctx->diag_ud, &d);
@@ -216,7 +230,10 @@ void fj_warning(fj_context *ctx, fj_loc loc, const char *fmt, ...)
 	va_end(ap);
 }
 
-const char *fj_context_error(const fj_context *ctx) { return ctx->last_error; }
+const char *fj_context_error(const fj_context *ctx)
+{
+	return tl_error.ctx == ctx ? tl_error.msg : ctx->last_error;
+}
 
 fj_status fj_context_slot(fj_context *ctx, fj_ctx_slot slot, fj_slot_create_fn create,
                           fj_slot_destroy_fn destroy, void **out)

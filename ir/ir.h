@@ -294,6 +294,7 @@ typedef struct fj_node {
 	fj_vid *res;
 	fj_attr *attrs; /* one per attribute spec of the op, FJ_AK_ABSENT when not written */
 	uint8_t recomputable; /* annotation, FJ_TRI_* */
+	bool nograd;          /* annotation: stop-gradient, no gradient flows through its results */
 	const char *schedule; /* annotation (fusion.kernel), NULL when absent */
 	const char *kernel;   /* annotation (fusion.kernel), NULL when absent */
 	fj_graph *body;       /* fusion.kernel: the region, NULL otherwise */

@@ -376,6 +376,10 @@ static void put_node(fj_buf *b, const fj_graph *g, const fj_node *n, int level)
 		}
 	}
 	put_tri(&al, "recomputable", n->recomputable);
+	if (n->nograd) {
+		attr_begin(&al, "nograd");
+		fj_buf_puts(b, "true");
+	}
 	if (n->schedule) {
 		attr_begin(&al, "schedule");
 		put_string(b, n->schedule);

@@ -148,7 +148,7 @@ static void check_values(verifier *vf, fj_graph *g, uint8_t *bad)
 			VERR(vf, val->loc, "%%%s: invalid recomputable annotation", vname(val));
 		if (val->kind == FJ_VK_RESULT) {
 			if (val->nograd)
-				VERR(vf, val->loc, "%%%s: nograd is only allowed on a graph parameter", vname(val));
+				VERR(vf, val->loc, "%%%s: nograd annotates a node or a graph parameter, not a result", vname(val));
 			if (val->recomputable != FJ_TRI_UNSET)
 				VERR(vf, val->loc, "%%%s: recomputable annotates the node, not its result", vname(val));
 		}

@@ -7,7 +7,7 @@ pkgs=(gcc make cmake pkg-config python3 llvm-19-dev llvm-19-tools check libzstd-
 # The golden-data generator and the PyTorch bridge tests use Debian's torch
 # and numpy under /usr/bin/python3 (FJ_NO_TORCH=1 skips them).
 if [ "${FJ_NO_TORCH:-0}" != 1 ]; then
-  pkgs+=(python3-numpy python3-pytest)
+  pkgs+=(python3-numpy python3-pytest python3-torch)
 fi
 
 missing=()

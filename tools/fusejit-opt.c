@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend_host/host.h"
+#include "backend_nvptx/nvptx_api.h"
 #include "frontend/frontend.h"
 #include "ir.h"
 #include "passes/pass.h"
@@ -162,6 +164,11 @@ static int parse_args(int argc, char **argv, options *o)
 				                   r < 0 ? "" : v);
 			o->emit = v;
 		} else if ((r = flag_value(argc, argv, &i, "--target", &v)) != 0) {
+			int major = 0;
+			if (r > 0 && !one_of(v, targets) && sscanf(v, "sm_%d", &major) == 1 && major >= 100)
+				return usage_error("--target=%s is not supported by LLVM 19's NVPTX backend (it stops at "
+				                   "sm_90a; expected sm_80, sm_86, sm_89, sm_90 or sm_90a)",
+				                   v);
 			if (r < 0 || !one_of(v, targets))
 				return usage_error("bad --target value '%s' (expected sm_80, sm_86, sm_89, sm_90 or sm_90a)",
 				                   r < 0 ? "" : v);
@@ -178,10 +185,8 @@ static int parse_args(int argc, char **argv, options *o)
 	}
 	if (o->passes && o->pipeline)
 		return usage_error("%s", "--passes and --pipeline cannot be used together");
-	if (strcmp(o->emit, "ir") != 0) {
-		fprintf(stderr, TOOL ": --emit=%s is not yet available in this build\n", o->emit);
-		return 1;
-	}
+	if (o->target && strcmp(o->emit, "ptx") != 0 && strcmp(o->emit, "llvm-nvptx") != 0)
+		return usage_error("--target=%s only applies to --emit=ptx or --emit=llvm-nvptx", o->target);
 	return -1;
 }
 
@@ -236,8 +241,20 @@ static void flush_diagnostics(fj_context *ctx)
 
 /* Parses, verifies, transforms and prints one module into out; prints the
  * diagnostics it records. */
+/* --emit=llvm-host|llvm-nvptx|ptx: code for the transformed module. */
+static fj_status emit_code(fj_context *ctx, const fj_module *m, const options *o, fj_buf *out)
+{
+	if (strcmp(o->emit, "llvm-host") == 0) {
+		fj_status st = FJ_OK;
+		for (uint32_t i = 0; i < m->ngraphs && st == FJ_OK; i++)
+			st = fj_host_emit_llvm(ctx, m->graphs[i], out);
+		return st;
+	}
+	return fj_nvptx_emit_module(ctx, m, o->target, strcmp(o->emit, "llvm-nvptx") == 0, out);
+}
+
 static bool process(fj_context *ctx, const char *text, size_t len, const char *name,
-                    const fj_pipeline *pl, const fj_pipeline_opts *po, fj_buf *out)
+                    const fj_pipeline *pl, const fj_pipeline_opts *po, const options *o, fj_buf *out)
 {
 	fj_module *m = NULL;
 	size_t errors0 = fj_context_error_count(ctx);
@@ -246,7 +263,11 @@ static bool process(fj_context *ctx, const char *text, size_t len, const char *n
 		st = fj_verify_module(m);
 	if (st == FJ_OK && pl)
 		st = fj_run_parsed_pipeline(m, pl, po);
-	if (st == FJ_OK) {
+	if (st == FJ_OK && strcmp(o->emit, "ir") != 0) {
+		st = emit_code(ctx, m, o, out);
+		if (st == FJ_OK && out->oom)
+			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	} else if (st == FJ_OK) {
 		st = fj_print_module(out, m);
 		if (st == FJ_OK && out->oom)
 			st = FJ_ERR_NOMEM;
@@ -325,6 +346,9 @@ int main(int argc, char **argv)
 	}
 	fj_pipeline *pl = NULL;
 	const char *ptext = o.passes ? o.passes : o.pipeline ? fj_named_pipeline(o.pipeline) : NULL;
+	/* --emit=llvm-*|ptx runs `default` first unless a pipeline is given. */
+	if (!ptext && strcmp(o.emit, "ir") != 0)
+		ptext = fj_named_pipeline("default");
 	if (ptext && (fj_parse_pipeline(ctx, ptext, &pl) != FJ_OK || fj_pipeline_check_available(pl) != FJ_OK)) {
 		flush_diagnostics(ctx);
 		fj_pipeline_free(pl);
@@ -345,7 +369,7 @@ int main(int argc, char **argv)
 	fj_buf out;
 	fj_buf_init(&out, ctx);
 	if (text && !o.split) {
-		ok = process(ctx, text, len, name, pl, &po, &out);
+		ok = process(ctx, text, len, name, pl, &po, &o, &out);
 	} else if (text) {
 		/* Each chunk is parsed with as many newlines before it as lines
 		 * before it in the file, so diagnostics keep the file's numbers. */
@@ -372,7 +396,7 @@ int main(int argc, char **argv)
 				ok = false;
 				break;
 			}
-			if (!process(ctx, chunk.data ? chunk.data : "", chunk.len, name, pl, &po, &out))
+			if (!process(ctx, chunk.data ? chunk.data : "", chunk.len, name, pl, &po, &o, &out))
 				ok = false;
 			if (p >= end)
 				break;

@@ -83,6 +83,326 @@ FJ_API void fj_context_clear_diagnostics(fj_context *ctx);
  * (or "error: msg" without a place); "" when there is none. */
 FJ_API const char *fj_context_error(const fj_context *ctx);
 
+/* ======================================================================
+ * Version
+ * ====================================================================== */
+
+/* FUSEJIT_VERSION_NUMBER is major * 10000 + minor * 100 + patch. */
+#define FUSEJIT_VERSION_NUMBER (FUSEJIT_VERSION_MAJOR * 10000 + FUSEJIT_VERSION_MINOR * 100 + FUSEJIT_VERSION_PATCH)
+/* The library's version string, e.g. "0.1.0" (compare with FUSEJIT_VERSION to
+ * detect a header/library mismatch). */
+FJ_API const char *fj_version(void);
+/* The library's FUSEJIT_VERSION_NUMBER. */
+FJ_API int fj_version_number(void);
+
+/* ======================================================================
+ * Thread safety (the rules)
+ *
+ * - One context may be used from many threads at once: parsing, building
+ *   (each builder by one thread at a time), compiling and running all take
+ *   the locks they need. Kernels compiled by one thread are shared with all
+ *   the others through the context's kernel cache.
+ * - A module is read-only to fj_compile: several threads may compile from one
+ *   module at once. Modifying a module (fj_build_*, fj_module_run_pipeline,
+ *   fj_module_destroy) while another thread reads it is a race.
+ * - A program may be run by many threads at once (fj_program_run,
+ *   fj_program_forward, fj_program_backward): each run takes its own
+ *   execution state (buffers, bound sizes) from a pool in the program.
+ *   fj_program_destroy must not overlap any run of that program.
+ * - A saved-values object (fj_saved) belongs to one thread at a time.
+ * - fj_context_error() returns the calling thread's most recent error on the
+ *   context. The diagnostics list (fj_context_diagnostic*) is shared by all
+ *   threads: read it only when no other thread is recording; with several
+ *   threads, prefer the callback (fj_context_set_diag_handler), which is
+ *   called under the context's lock, one diagnostic at a time.
+ * - fj_context_destroy must be the last call on a context, after every
+ *   other thread is done with it and its modules and programs.
+ * ====================================================================== */
+
+/* ======================================================================
+ * Modules: parse text, print, run pass pipelines
+ * ====================================================================== */
+
+/* A module of graphs (IR.md). Owned by the caller; destroy it with
+ * fj_module_destroy. A module must not outlive its context. */
+typedef struct fj_module fj_module;
+
+/* Parses text[0..len) in the .fj format (IR.md §1) and verifies it. name
+ * names the input in diagnostics (NULL: "<input>"). On failure *out is NULL
+ * and the error (file:line:col: error: ...) is on the context. */
+FJ_API fj_status fj_module_parse(fj_context *ctx, const char *text, size_t len, const char *name,
+                                 fj_module **out);
+/* The same for a file (FJ_ERR_IO when it cannot be read). */
+FJ_API fj_status fj_module_parse_file(fj_context *ctx, const char *path, fj_module **out);
+/* An empty module, to fill with the builder. */
+FJ_API fj_status fj_module_new(fj_context *ctx, fj_module **out);
+FJ_API void fj_module_destroy(fj_module *m);
+/* Prints the module as .fj text into a new NUL-terminated string (*len may be
+ * NULL); free it with fj_string_free. */
+FJ_API fj_status fj_module_print(fj_context *ctx, const fj_module *m, char **text, size_t *len);
+FJ_API void fj_string_free(fj_context *ctx, char *s);
+/* Runs a pass pipeline (IR.md §4: "decompose,canonicalize,partition{mode=mincut}")
+ * on the module in place, verifying after each pass. */
+FJ_API fj_status fj_module_run_pipeline(fj_context *ctx, fj_module *m, const char *pipeline);
+/* The number of graphs and the name of graph i (without '@'); NULL when out
+ * of range. */
+FJ_API size_t fj_module_graph_count(const fj_module *m);
+FJ_API const char *fj_module_graph_name(const fj_module *m, size_t i);
+
+/* An op's signature from the op table (for bridges that translate other
+ * IRs), as three lines into a new string (free with fj_string_free):
+ *   operands: NAME[?|*|+] ...
+ *   results: NAME ...
+ *   attributes: NAME ...
+ * FJ_ERR_INVALID for an unknown op. */
+FJ_API fj_status fj_op_schema(fj_context *ctx, const char *op, char **text);
+
+/* ======================================================================
+ * Element types and tensors
+ * ====================================================================== */
+
+typedef enum fj_scalar_type {
+	FJ_TYPE_F64 = 0,
+	FJ_TYPE_F32 = 1,
+	FJ_TYPE_F16 = 2,
+	FJ_TYPE_BF16 = 3, /* bit pattern: 16-bit */
+	FJ_TYPE_I64 = 4,
+	FJ_TYPE_I32 = 5,
+	FJ_TYPE_I16 = 6,
+	FJ_TYPE_I8 = 7,
+	FJ_TYPE_U8 = 8,
+	FJ_TYPE_BOOL = 9 /* one byte, 0 or 1 */
+} fj_scalar_type;
+
+/* "f32", "bf16" ... (NULL for an invalid type) and the size in bytes (0). */
+FJ_API const char *fj_scalar_type_name(fj_scalar_type t);
+FJ_API size_t fj_scalar_type_size(fj_scalar_type t);
+
+#define FJ_MAX_DIMS 8
+
+typedef enum fj_device { FJ_DEVICE_HOST = 0, FJ_DEVICE_CUDA = 1 } fj_device;
+
+/* Flags of an fj_tensor. */
+#define FJ_TENSOR_OWNED 1u /* data was allocated by fusejit: release with fj_tensor_release */
+
+/* A tensor descriptor: the caller's memory, described. Zero-initialise it,
+ * then fill in what the call needs.
+ *
+ * Inputs: data, dtype, rank, sizes, strides (in elements; NULL = dense
+ * row-major; any strides, negative and zero ones included, are accepted, and
+ * copied to a dense buffer before the run) and device (FJ_DEVICE_HOST, or
+ * FJ_DEVICE_CUDA with a device pointer and device_index for the nvptx
+ * executor).
+ *
+ * Outputs: either preallocated by the caller (data != NULL, with dtype, rank,
+ * sizes and optionally strides as for inputs: the run checks them and writes
+ * into them), or left with data == NULL: the run then allocates the output
+ * (host memory, 64-byte aligned), fills in data, dtype, rank and sizes, sets
+ * FJ_TENSOR_OWNED in flags, and the caller releases it with
+ * fj_tensor_release. An owned output passed again to a run of the same
+ * shape is reused. */
+typedef struct fj_tensor {
+	void *data;
+	fj_scalar_type dtype;
+	int32_t rank;
+	int64_t sizes[FJ_MAX_DIMS];
+	const int64_t *strides;
+	fj_device device;
+	int32_t device_index;
+	uint32_t flags;
+} fj_tensor;
+
+/* Frees an output fusejit allocated (FJ_TENSOR_OWNED) and clears data and
+ * flags; does nothing for the caller's own memory. */
+FJ_API void fj_tensor_release(fj_tensor *t);
+
+/* ======================================================================
+ * The graph builder (a graph built by calls instead of text)
+ *
+ *   fj_graph_builder *b;
+ *   fj_build_begin(m, "main", &b);
+ *   fj_value_id x = fj_build_param(b, "x", "f32[N,64]");
+ *   fj_value_id y = fj_build_op1(b, "aten.mul", (fj_value_id[]){x, fj_build_float(b, 2.0)}, 2, NULL, 0);
+ *   fj_status st = fj_build_end(b, &y, 1);   // verifies; frees b
+ *
+ * Errors are sticky: after the first failing call every call does nothing
+ * and returns FJ_NO_VALUE; fj_build_end then returns the first error (and
+ * removes the unfinished graph). Ops, attribute names and defaults are those
+ * of IR.md §3.
+ * ====================================================================== */
+
+typedef struct fj_graph_builder fj_graph_builder;
+typedef uint32_t fj_value_id;
+#define FJ_NO_VALUE UINT32_MAX /* also: a `none` operand */
+
+typedef enum fj_attribute_kind {
+	FJ_ATTR_INT,     /* i */
+	FJ_ATTR_FLOAT,   /* f */
+	FJ_ATTR_BOOL,    /* i (0 or 1) */
+	FJ_ATTR_STRING,  /* s */
+	FJ_ATTR_DTYPE,   /* dtype */
+	FJ_ATTR_NONE,    /* `none` */
+	FJ_ATTR_INTS,    /* ints[0..n) */
+	FJ_ATTR_FLOATS,  /* floats[0..n) */
+	FJ_ATTR_BOOLS,   /* ints[0..n), each 0 or 1 */
+	FJ_ATTR_SHAPE    /* s: sizes as text, symbols allowed: "N,64" or "[N*2, -1]" */
+} fj_attribute_kind;
+
+typedef struct fj_attribute {
+	const char *name;
+	fj_attribute_kind kind;
+	int64_t i;
+	double f;
+	const char *s;
+	fj_scalar_type dtype;
+	const int64_t *ints;
+	const double *floats;
+	size_t n;
+} fj_attribute;
+
+/* Starts graph @name in m. */
+FJ_API fj_status fj_build_begin(fj_module *m, const char *name, fj_graph_builder **out);
+/* A parameter %name of a type written as in the text format: "f32[N,64]",
+ * "i64[]". */
+FJ_API fj_value_id fj_build_param(fj_graph_builder *b, const char *name, const char *type);
+/* Literal scalar operands (weak-typed, IR.md §1). */
+FJ_API fj_value_id fj_build_float(fj_graph_builder *b, double v);
+FJ_API fj_value_id fj_build_int(fj_graph_builder *b, int64_t v);
+FJ_API fj_value_id fj_build_bool(fj_graph_builder *b, int v);
+/* Appends op (e.g. "aten.add", "prims.sum") with its operands (FJ_NO_VALUE
+ * for `none`) and attributes; its nresults results (the op's count) go to
+ * results (may be NULL). */
+FJ_API fj_status fj_build_op(fj_graph_builder *b, const char *op, const fj_value_id *operands, size_t noperands,
+                             const fj_attribute *attrs, size_t nattrs, fj_value_id *results, size_t nresults);
+/* The same for an op with one result: returns it, or FJ_NO_VALUE. */
+FJ_API fj_value_id fj_build_op1(fj_graph_builder *b, const char *op, const fj_value_id *operands,
+                                size_t noperands, const fj_attribute *attrs, size_t nattrs);
+/* The first error so far (FJ_OK when none). */
+FJ_API fj_status fj_build_status(const fj_graph_builder *b);
+/* Sets the graph's results, verifies it and frees the builder (always). On
+ * failure the graph is removed from the module. */
+FJ_API fj_status fj_build_end(fj_graph_builder *b, const fj_value_id *results, size_t nresults);
+/* Abandons the graph (removed from the module) and frees the builder. */
+FJ_API void fj_build_abort(fj_graph_builder *b);
+
+/* ======================================================================
+ * Compiling
+ * ====================================================================== */
+
+typedef enum fj_executor {
+	FJ_EXECUTOR_AUTO = 0, /* nvptx with a CUDA driver and a GPU, else host */
+	FJ_EXECUTOR_HOST,     /* fused host code on all cores (FUSEJIT_THREADS overrides) */
+	FJ_EXECUTOR_ATEN,     /* the reference: one kernel per op, one thread */
+	FJ_EXECUTOR_NVPTX     /* fused PTX through the CUDA driver */
+} fj_executor;
+
+/* Compile options. Initialise with fj_compile_options_init, then set fields. */
+typedef struct fj_compile_options {
+	uint32_t struct_size;  /* sizeof(fj_compile_options), set by _init */
+	fj_executor executor;
+	const char *graph;     /* the graph to compile ("main" or "@main"); NULL: @main, else the first */
+	const char *pipeline;  /* a pass pipeline (IR.md §4); NULL: the executor's default */
+	const char *target;    /* nvptx: "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL: sm_80 */
+	int training;          /* nonzero: autodiff + partition; run with fj_program_forward/_backward */
+	int threads;           /* host executor threads; 0: all cores (FUSEJIT_THREADS) */
+} fj_compile_options;
+
+FJ_API void fj_compile_options_init(fj_compile_options *o);
+
+/* A compiled program. */
+typedef struct fj_program fj_program;
+
+/* Compiles a graph of m (which is not modified, and may be destroyed
+ * afterwards: the program keeps its own copy). o may be NULL (defaults).
+ * Kernels already compiled in this context, or found in the disk cache, are
+ * not compiled again. */
+FJ_API fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_options *o, fj_program **out);
+FJ_API void fj_program_destroy(fj_program *p);
+/* The executor actually used (auto resolved). */
+FJ_API fj_executor fj_program_executor(const fj_program *p);
+
+/* What a program takes and returns. sizes[k] is -1 where the size is
+ * symbolic; type is the text of the type ("f32[N,64]"); bytes is 0 when a
+ * size is symbolic. The strings live as long as the program (or the
+ * fj_saved). */
+typedef struct fj_value_info {
+	const char *name;
+	const char *type;
+	fj_scalar_type dtype;
+	int32_t rank;
+	int64_t sizes[FJ_MAX_DIMS];
+	size_t bytes;
+} fj_value_info;
+
+typedef enum fj_value_role {
+	FJ_ROLE_INPUT,    /* parameters of the graph */
+	FJ_ROLE_OUTPUT,   /* its results (training: the forward's outputs) */
+	FJ_ROLE_SAVED,    /* training: the values the forward saves for the backward */
+	FJ_ROLE_TANGENT,  /* training: the backward's inputs besides the saved values,
+	                     one per floating-point output (named tangent_<k>) */
+	FJ_ROLE_GRADIENT  /* training: the backward's outputs, named after their parameter */
+} fj_value_role;
+
+FJ_API size_t fj_program_count(const fj_program *p, fj_value_role role);
+FJ_API fj_status fj_program_info(const fj_program *p, fj_value_role role, size_t i, fj_value_info *out);
+
+/* ======================================================================
+ * Running
+ * ====================================================================== */
+
+/* Runs the program: inputs[0..ninputs) (one per parameter, in order),
+ * outputs[0..noutputs) (one per result). Symbolic sizes are bound from the
+ * inputs. For a training program this runs the forward only and discards the
+ * saved values. */
+FJ_API fj_status fj_program_run(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
+                                size_t noutputs);
+
+/* Values saved by a forward run for the backward. */
+typedef struct fj_saved fj_saved;
+
+/* Training programs: runs the forward, writes its outputs and returns the
+ * saved values in *saved (destroy with fj_saved_destroy). */
+FJ_API fj_status fj_program_forward(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
+                                    size_t noutputs, fj_saved **saved);
+/* Runs the backward on the saved values of a forward run of p and the
+ * tangents (one per FJ_ROLE_TANGENT, in order), writing the gradients (one
+ * per FJ_ROLE_GRADIENT). saved is not consumed: the backward may run again. */
+FJ_API fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_tensor *tangents,
+                                     size_t ntangents, fj_tensor *grads, size_t ngrads);
+FJ_API size_t fj_saved_count(const fj_saved *s);
+/* Saved value i: its name, concrete shape and bytes, and (view may be NULL)
+ * a read-only view of its data (flags 0: not the caller's to release). */
+FJ_API fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_tensor *view);
+FJ_API size_t fj_saved_bytes(const fj_saved *s);
+FJ_API void fj_saved_destroy(fj_saved *s);
+
+/* ======================================================================
+ * The kernel cache
+ *
+ * In memory: per context, keyed by each kernel's key (what it computes, its
+ * dtypes and ranks, schedule and target); a kernel is compiled once per
+ * context. On disk: host object code (and PTX), in FUSEJIT_CACHE_DIR,
+ * default $XDG_CACHE_HOME/fusejit, else ~/.cache/fusejit; FUSEJIT_CACHE_DIR=off
+ * disables it. Entries are keyed by the kernels' keys, the fusejit and LLVM
+ * versions and the host CPU, written atomically, verified on read (a
+ * corrupt entry is rebuilt), and capped at FUSEJIT_CACHE_MAX_MB (default
+ * 256) with least-recently-used eviction.
+ * ====================================================================== */
+
+/* Overrides the environment for this context: dir NULL = the environment's
+ * choice, "off" = no disk cache; max_bytes 0 = FUSEJIT_CACHE_MAX_MB. Call it
+ * before compiling. */
+FJ_API fj_status fj_context_set_cache(fj_context *ctx, const char *dir, uint64_t max_bytes);
+
+typedef struct fj_cache_stats {
+	uint64_t kernels_compiled; /* kernels LLVM generated in this context */
+	uint64_t kernels_loaded;   /* kernels loaded from the disk cache */
+	uint64_t memory_hits;      /* kernels found in the in-memory cache */
+	uint64_t disk_hits, disk_misses, disk_corrupt, disk_stores, disk_evictions;
+} fj_cache_stats;
+
+FJ_API void fj_context_cache_stats(fj_context *ctx, fj_cache_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

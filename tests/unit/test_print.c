@@ -701,6 +701,7 @@ START_TEST(test_verify_annotations)
 	g->values[x].recomputable = FJ_TRI_TRUE;
 	uint32_t a = fj_graph_add_node(g, FJ_OP_ATEN_EXP, &x, 1, 1, (const char *[]){"a"}, &t, at(2));
 	g->nodes[a].recomputable = FJ_TRI_FALSE;
+	g->nodes[a].nograd = true; /* stop-gradient: allowed on any node */
 	fj_graph_set_results(g, (fj_vid[]){res(g, a, 0)}, 1);
 	g->num_fwd_outputs = 1;
 	ck_assert_int_eq(fj_verify_module(m), FJ_OK);
@@ -712,7 +713,7 @@ START_TEST(test_verify_annotations)
 	ck_assert_int_eq(fj_verify_module(m), FJ_ERR_INVALID);
 	ck_assert(diag_has(ctx, "num_fwd_outputs=2 is out of range"));
 	ck_assert(diag_has(ctx, "schedule annotation is only allowed on fusion.kernel"));
-	ck_assert(diag_has(ctx, "%a: nograd is only allowed on a graph parameter"));
+	ck_assert(diag_has(ctx, "%a: nograd annotates a node or a graph parameter, not a result"));
 	ck_assert(diag_has(ctx, "%a: recomputable annotates the node"));
 
 	fj_context_clear_diagnostics(ctx);

@@ -1,0 +1,843 @@
+/* program.c -- the public API's compile and run (include/fusejit/fusejit.h).
+ *
+ * fj_compile copies the chosen graph into a module of the program's own (print
+ * -> parse: the caller's module is only read, and may be destroyed or compiled
+ * again by other threads), runs the executor's pipeline on it (training:
+ * autodiff + partition, giving @f.fw and @f.bw) and compiles one runtime
+ * program (runtime/program.h) per graph to run.
+ *
+ * Runs: a runtime program holds mutable state (bound sizes, buffers), so each
+ * fj_program keeps, per graph, a pool of runtime programs ("instances"); a
+ * run takes an idle one or creates another (its kernels come from the
+ * context's kernel cache: no compilation), binds it when the input shapes
+ * differ from its last run, runs and puts it back. So any number of threads
+ * may run one program at once.
+ *
+ * Tensors: inputs that are dense and aligned to their element size are used
+ * in place; others (strided, misaligned) are copied to a dense buffer first.
+ * Outputs are written in place when the caller's buffer is dense and aligned,
+ * else computed into a temporary and copied out with the caller's strides;
+ * outputs without data are allocated (fj_rt_aligned_alloc) and handed over
+ * with FJ_TENSOR_OWNED. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "frontend/frontend.h"
+#include "passes/pass.h"
+#include "runtime/program.h"
+
+_Static_assert(FJ_MAX_DIMS == FJ_MAX_RANK, "public and internal ranks agree");
+_Static_assert((int)FJ_TYPE_F64 == (int)FJ_DT_F64 && (int)FJ_TYPE_BF16 == (int)FJ_DT_BF16 &&
+                   (int)FJ_TYPE_I64 == (int)FJ_DT_I64 && (int)FJ_TYPE_BOOL == (int)FJ_DT_BOOL &&
+                   (int)FJ_TYPE_U8 == (int)FJ_DT_U8 && FJ_DT_COUNT == 10,
+               "fj_scalar_type follows ir/dtypes.def");
+
+#define NROLES 5
+#define BSTRIDE (FJ_MAX_RANK + 1)
+
+typedef struct inst {
+	fj_rt_program *rt;
+	bool bound;
+	int64_t *bdims; /* nparams * BSTRIDE: the input sizes, then dtype and rank, it was bound with */
+	struct inst *next;
+} inst;
+
+typedef struct part {
+	fj_graph *g;
+	inst *idle;
+	uint32_t ninst;
+} part;
+
+struct fj_program {
+	fj_context *ctx;
+	fj_module *m;
+	fj_executor ex;
+	fj_rt_executor rex;
+	bool training;
+	pthread_mutex_t lock; /* guards the instance pools */
+	part main;            /* inference: the graph; training: the forward */
+	part bw;              /* training: the backward */
+	uint32_t nout;        /* outputs the caller sees */
+	uint32_t nsaved;
+	fj_value_info *info[NROLES];
+	size_t ninfo[NROLES];
+};
+
+struct fj_saved {
+	fj_program *p;
+	uint32_t n;
+	fj_rt_tensor *t;
+	const char **names;
+};
+
+static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
+
+void fj_compile_options_init(fj_compile_options *o)
+{
+	if (!o)
+		return;
+	memset(o, 0, sizeof *o);
+	o->struct_size = sizeof *o;
+	o->executor = FJ_EXECUTOR_AUTO;
+}
+
+/* ---- pipelines ---- */
+
+/* The executors' default pipelines. The host and aten executors run the
+ * per-op kernels of runtime/program.c; once the fused host executor runs
+ * fusion.kernel regions, host becomes IR.md §5's `default` / `train`. */
+static const char *default_pipeline(fj_executor ex, bool training)
+{
+	(void)ex;
+	return training ? "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition" : "verify";
+}
+
+static bool valid_target(const char *t)
+{
+	static const char *const ok[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(ok); i++)
+		if (strcmp(t, ok[i]) == 0)
+			return true;
+	return false;
+}
+
+/* ---- value infos ---- */
+
+static fj_status fill_info(fj_program *p, const fj_graph *g, fj_vid v, const char *name, fj_value_info *out)
+{
+	const fj_value *val = &g->values[v];
+	memset(out, 0, sizeof *out);
+	out->name = name ? name : val->name ? val->name : "";
+	out->dtype = (fj_scalar_type)val->type.dtype;
+	int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
+	out->rank = rank;
+	char buf[512];
+	size_t k = (size_t)snprintf(buf, sizeof buf, "%s[", fj_dtype_name(val->type.dtype));
+	size_t bytes = (size_t)fj_dtype_size(val->type.dtype);
+	for (int d = 0; d < rank; d++) {
+		fj_dim dim = val->type.dims[d];
+		out->sizes[d] = fj_dim_is_static(dim) ? dim : -1;
+		if (fj_dim_is_static(dim))
+			bytes *= (size_t)dim;
+		else
+			bytes = 0;
+		if (k < sizeof buf - 1)
+			k += (size_t)snprintf(buf + k, sizeof buf - k, "%s", d ? "," : "");
+		if (k < sizeof buf - 1)
+			k += (size_t)fj_dim_format(g->module, dim, buf + k, sizeof buf - k);
+	}
+	if (k < sizeof buf - 1)
+		snprintf(buf + k, sizeof buf - k, "]");
+	out->bytes = bytes;
+	out->type = fj_arena_strdup(&p->m->arena, buf);
+	return out->type ? FJ_OK : oom(p->ctx);
+}
+
+static fj_status make_infos(fj_program *p, const fj_graph *orig)
+{
+	fj_context *ctx = p->ctx;
+	const fj_graph *g = p->main.g, *bw = p->bw.g;
+	size_t n[NROLES] = {g->nparams, p->nout, p->nsaved, bw ? bw->nparams - p->nsaved : 0, bw ? bw->nresults : 0};
+	for (int r = 0; r < NROLES; r++) {
+		p->ninfo[r] = n[r];
+		p->info[r] = fj_alloc(ctx, (n[r] ? n[r] : 1) * sizeof(fj_value_info));
+		if (!p->info[r])
+			return oom(ctx);
+	}
+	fj_status st = FJ_OK;
+	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
+		st = fill_info(p, g, g->params[i], NULL, &p->info[FJ_ROLE_INPUT][i]);
+	for (uint32_t i = 0; i < p->nout && st == FJ_OK; i++)
+		st = fill_info(p, g, g->results[i], NULL, &p->info[FJ_ROLE_OUTPUT][i]);
+	for (uint32_t i = 0; i < p->nsaved && st == FJ_OK; i++)
+		st = fill_info(p, g, g->results[p->nout + i], NULL, &p->info[FJ_ROLE_SAVED][i]);
+	if (!bw)
+		return st;
+	for (size_t i = 0; i < n[FJ_ROLE_TANGENT] && st == FJ_OK; i++)
+		st = fill_info(p, bw, bw->params[p->nsaved + i], NULL, &p->info[FJ_ROLE_TANGENT][i]);
+	/* gradients: one per floating-point parameter not marked nograd, in order */
+	uint32_t gi = 0;
+	for (uint32_t i = 0; i < orig->nparams && st == FJ_OK; i++) {
+		const fj_value *pv = &orig->values[orig->params[i]];
+		if (!fj_dtype_is_float(pv->type.dtype) || pv->nograd)
+			continue;
+		if (gi < bw->nresults)
+			st = fill_info(p, bw, bw->results[gi], pv->name, &p->info[FJ_ROLE_GRADIENT][gi]);
+		gi++;
+	}
+	for (; gi < bw->nresults && st == FJ_OK; gi++)
+		st = fill_info(p, bw, bw->results[gi], NULL, &p->info[FJ_ROLE_GRADIENT][gi]);
+	return st;
+}
+
+/* ---- compile ---- */
+
+static void free_pool(fj_program *p, part *pt)
+{
+	for (inst *i = pt->idle, *next; i; i = next) {
+		next = i->next;
+		fj_rt_program_destroy(i->rt);
+		fj_free(p->ctx, i->bdims, (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims);
+		fj_free(p->ctx, i, sizeof *i);
+	}
+	pt->idle = NULL;
+}
+
+void fj_program_destroy(fj_program *p)
+{
+	if (!p)
+		return;
+	fj_context *ctx = p->ctx;
+	if (p->main.g)
+		free_pool(p, &p->main);
+	if (p->bw.g)
+		free_pool(p, &p->bw);
+	for (int r = 0; r < NROLES; r++)
+		if (p->info[r])
+			fj_free(ctx, p->info[r], (p->ninfo[r] ? p->ninfo[r] : 1) * sizeof(fj_value_info));
+	fj_module_destroy(p->m);
+	pthread_mutex_destroy(&p->lock);
+	fj_free(ctx, p, sizeof *p);
+}
+
+static fj_status new_inst(fj_program *p, part *pt, inst **out)
+{
+	fj_context *ctx = p->ctx;
+	inst *i = fj_alloc(ctx, sizeof *i);
+	if (!i)
+		return oom(ctx);
+	memset(i, 0, sizeof *i);
+	size_t nb = (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims;
+	i->bdims = fj_alloc(ctx, nb);
+	fj_status st = i->bdims ? fj_rt_program_create(ctx, pt->g, p->rex, &i->rt) : oom(ctx);
+	if (st != FJ_OK) {
+		if (i->bdims)
+			fj_free(ctx, i->bdims, nb);
+		fj_free(ctx, i, sizeof *i);
+		return st;
+	}
+	*out = i;
+	return FJ_OK;
+}
+
+fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_options *o, fj_program **out)
+{
+	if (out)
+		*out = NULL;
+	if (!ctx)
+		return FJ_ERR_INVALID;
+	if (!m || !out)
+		return fj_api_arg_error(ctx, "fj_compile", "m and out may not be NULL");
+	if (m->ctx != ctx)
+		return fj_api_arg_error(ctx, "fj_compile", "the module belongs to another context");
+	fj_compile_options opts;
+	fj_compile_options_init(&opts);
+	if (o) {
+		if (o->struct_size < offsetof(fj_compile_options, training) + sizeof(int))
+			return fj_api_arg_error(ctx, "fj_compile", "options not initialised (fj_compile_options_init)");
+		memcpy(&opts, o, o->struct_size < sizeof opts ? o->struct_size : sizeof opts);
+	}
+	fj_rt_executor rex;
+	fj_executor ex = opts.executor;
+	switch (ex) {
+	case FJ_EXECUTOR_AUTO: /* nvptx when a CUDA driver and a GPU are present; not in this build */
+	case FJ_EXECUTOR_HOST: ex = FJ_EXECUTOR_HOST; rex = FJ_RT_EXEC_HOST; break;
+	case FJ_EXECUTOR_ATEN: rex = FJ_RT_EXEC_ATEN; break;
+	case FJ_EXECUTOR_NVPTX:
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "the nvptx executor is not yet available in this build");
+	default: return fj_api_arg_error(ctx, "fj_compile", "unknown executor");
+	}
+	if (opts.target && !valid_target(opts.target))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "unknown target '%s' (expected sm_80, sm_86, sm_89, sm_90 or sm_90a)", opts.target);
+	/* the graph */
+	const fj_graph *g0 = NULL;
+	if (opts.graph) {
+		const char *name = opts.graph[0] == '@' ? opts.graph + 1 : opts.graph;
+		g0 = fj_module_find_graph(m, name);
+		if (!g0)
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the module has no graph named @%s", name);
+	} else {
+		if (!m->ngraphs)
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "no graph to compile (the module is empty)");
+		g0 = fj_module_find_graph(m, "main");
+		if (!g0)
+			g0 = m->graphs[0];
+	}
+	/* the program's own copy */
+	fj_program *p = fj_alloc(ctx, sizeof *p);
+	if (!p)
+		return oom(ctx);
+	memset(p, 0, sizeof *p);
+	p->ctx = ctx;
+	p->ex = ex;
+	p->rex = rex;
+	p->training = opts.training != 0;
+	pthread_mutex_init(&p->lock, NULL);
+	fj_buf b;
+	fj_buf_init(&b, ctx);
+	fj_status st = fj_print_graph(&b, g0);
+	if (st == FJ_OK)
+		st = fj_parse_module(ctx, b.data ? b.data : "", b.len, m->file ? m->file : "<module>", &p->m);
+	fj_buf_free(&b);
+	if (st != FJ_OK) {
+		fj_program_destroy(p);
+		return st;
+	}
+	const fj_graph *orig = p->m->graphs[0];
+	const char *pipeline = opts.pipeline ? opts.pipeline : default_pipeline(ex, p->training);
+	fj_pipeline_opts po = {0};
+	po.verify_each = true;
+	st = fj_run_pipeline(p->m, pipeline, &po);
+	if (st != FJ_OK) {
+		fj_program_destroy(p);
+		return st;
+	}
+	/* orig survives the pipeline only as a name: find the graphs by name */
+	char name[512];
+	snprintf(name, sizeof name, "%s", g0->name);
+	if (p->training) {
+		char fw[530], bw[530];
+		snprintf(fw, sizeof fw, "%s.fw", name);
+		snprintf(bw, sizeof bw, "%s.bw", name);
+		p->main.g = fj_module_find_graph(p->m, fw);
+		p->bw.g = fj_module_find_graph(p->m, bw);
+		if (!p->main.g || !p->bw.g || p->main.g->num_fwd_outputs < 0) {
+			fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+			                "training: the pipeline did not produce @%s and @%s (it needs autodiff and partition)",
+			                fw, bw);
+			fj_program_destroy(p);
+			return FJ_ERR_INVALID;
+		}
+		p->nout = (uint32_t)p->main.g->num_fwd_outputs;
+		p->nsaved = p->main.g->nresults - p->nout;
+		orig = fj_module_find_graph(p->m, name);
+	} else {
+		p->main.g = fj_module_find_graph(p->m, name);
+		if (!p->main.g) {
+			fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the pipeline removed graph @%s", name);
+			fj_program_destroy(p);
+			return FJ_ERR_INVALID;
+		}
+		p->nout = p->main.g->nresults;
+	}
+	/* the parameters' nograd marks, for naming the gradients: the forward keeps
+	 * the primals in order; the original graph, when the pipeline kept it, has
+	 * the annotations */
+	st = make_infos(p, orig ? orig : p->main.g);
+	/* compile: one instance per graph now, so that errors show at compile time */
+	inst *i = NULL;
+	if (st == FJ_OK && (st = new_inst(p, &p->main, &i)) == FJ_OK) {
+		i->next = p->main.idle;
+		p->main.idle = i;
+		p->main.ninst++;
+	}
+	if (st == FJ_OK && p->bw.g && (st = new_inst(p, &p->bw, &i)) == FJ_OK) {
+		i->next = p->bw.idle;
+		p->bw.idle = i;
+		p->bw.ninst++;
+	}
+	if (st != FJ_OK) {
+		fj_program_destroy(p);
+		return st;
+	}
+	*out = p;
+	return FJ_OK;
+}
+
+fj_executor fj_program_executor(const fj_program *p) { return p ? p->ex : FJ_EXECUTOR_AUTO; }
+
+size_t fj_program_count(const fj_program *p, fj_value_role role)
+{
+	return p && (unsigned)role < NROLES ? p->ninfo[role] : 0;
+}
+
+fj_status fj_program_info(const fj_program *p, fj_value_role role, size_t i, fj_value_info *out)
+{
+	if (!p || !out)
+		return FJ_ERR_INVALID;
+	if ((unsigned)role >= NROLES || i >= p->ninfo[role])
+		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0}, "fj_program_info: no value %zu of that role", i);
+	*out = p->info[role][i];
+	return FJ_OK;
+}
+
+/* ---- tensors ---- */
+
+void fj_tensor_release(fj_tensor *t)
+{
+	if (!t || !(t->flags & FJ_TENSOR_OWNED))
+		return;
+	fj_rt_aligned_free(t->data);
+	t->data = NULL;
+	t->flags &= ~FJ_TENSOR_OWNED;
+}
+
+static bool numel_of(const int64_t *sizes, int rank, int64_t *n)
+{
+	return fj_rt_numel(sizes, rank, n);
+}
+
+/* Dense row-major with element-size alignment. */
+static bool is_dense(const fj_tensor *t)
+{
+	size_t es = fj_scalar_type_size(t->dtype);
+	if (es && (uintptr_t)t->data % es)
+		return false;
+	if (!t->strides)
+		return true;
+	int64_t want = 1;
+	for (int k = t->rank - 1; k >= 0; k--) {
+		if (t->sizes[k] != 1 && t->strides[k] != want)
+			return false;
+		want *= t->sizes[k];
+	}
+	return true;
+}
+
+/* Copies between a strided tensor and a dense buffer (to_dense: gather). */
+static void strided_copy(const fj_tensor *t, void *dense, size_t es, int64_t n, bool to_dense)
+{
+	int64_t idx[FJ_MAX_DIMS] = {0};
+	int64_t off = 0;
+	char *base = t->data, *d = dense;
+	for (int64_t e = 0; e < n; e++) {
+		char *s = base + off * (int64_t)es;
+		if (to_dense)
+			memcpy(d + e * (int64_t)es, s, es);
+		else
+			memcpy(s, d + e * (int64_t)es, es);
+		for (int k = t->rank - 1; k >= 0; k--) {
+			if (++idx[k] < t->sizes[k]) {
+				off += t->strides[k];
+				break;
+			}
+			off -= t->strides[k] * (t->sizes[k] - 1);
+			idx[k] = 0;
+		}
+	}
+}
+
+static char empty_byte[FJ_RT_ALIGN] __attribute__((aligned(FJ_RT_ALIGN)));
+
+static fj_status check_desc(fj_context *ctx, const fj_tensor *t, const char *what, size_t i, bool output)
+{
+	if (!t)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: NULL descriptor", what, i);
+	if (output && !t->data)
+		return FJ_OK;
+	if ((unsigned)t->dtype >= FJ_DT_COUNT)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: invalid dtype %d", what, i, (int)t->dtype);
+	if (t->rank < 0 || t->rank > FJ_MAX_DIMS)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: invalid rank %d (at most %d)", what, i,
+		                       (int)t->rank, FJ_MAX_DIMS);
+	for (int k = 0; k < t->rank; k++)
+		if (t->sizes[k] < 0)
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: negative size %lld", what, i,
+			                       (long long)t->sizes[k]);
+	if (t->device != FJ_DEVICE_HOST)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "%s %zu: CUDA device memory needs the nvptx executor, which is not available in "
+		                       "this build",
+		                       what, i);
+	int64_t n;
+	if (!numel_of(t->sizes, t->rank, &n))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: size overflows", what, i);
+	if (n > 0 && !t->data)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: data is NULL", what, i);
+	return FJ_OK;
+}
+
+/* An input descriptor as a runtime tensor; *tmp receives a dense copy when
+ * one was needed (free with fj_rt_aligned_free). */
+static fj_status input_tensor(fj_context *ctx, const fj_tensor *t, size_t i, const char *what, fj_rt_tensor *rt,
+                              void **tmp)
+{
+	*tmp = NULL;
+	fj_status st = check_desc(ctx, t, what, i, false);
+	if (st != FJ_OK)
+		return st;
+	memset(rt, 0, sizeof *rt);
+	rt->dtype = (fj_dtype)t->dtype;
+	rt->rank = t->rank;
+	memcpy(rt->dims, t->sizes, (size_t)t->rank * sizeof *rt->dims);
+	int64_t n;
+	numel_of(t->sizes, t->rank, &n);
+	size_t es = fj_scalar_type_size(t->dtype);
+	rt->nbytes = rt->cap = (size_t)n * es;
+	if (n == 0) {
+		rt->data = empty_byte;
+	} else if (is_dense(t)) {
+		rt->data = t->data;
+	} else {
+		void *d = fj_rt_aligned_alloc(rt->nbytes);
+		if (!d)
+			return oom(ctx);
+		if (!t->strides) /* dense but misaligned */
+			memcpy(d, t->data, rt->nbytes);
+		else
+			strided_copy(t, d, es, n, true);
+		rt->data = d;
+		*tmp = d;
+	}
+	return FJ_OK;
+}
+
+/* ---- running one graph ---- */
+
+/* Where result k of a graph run goes. */
+typedef struct out_slot {
+	fj_tensor *user;    /* the caller's descriptor, or NULL: keep in rt */
+	fj_rt_tensor rt;
+	bool scatter;       /* computed into a temporary, copied out to user */
+} out_slot;
+
+static fj_status acquire(fj_program *p, part *pt, inst **out)
+{
+	pthread_mutex_lock(&p->lock);
+	inst *i = pt->idle;
+	if (i)
+		pt->idle = i->next;
+	pthread_mutex_unlock(&p->lock);
+	if (!i) {
+		fj_status st = new_inst(p, pt, &i);
+		if (st != FJ_OK)
+			return st;
+		pthread_mutex_lock(&p->lock);
+		pt->ninst++;
+		pthread_mutex_unlock(&p->lock);
+	}
+	*out = i;
+	return FJ_OK;
+}
+
+static void release(fj_program *p, part *pt, inst *i)
+{
+	pthread_mutex_lock(&p->lock);
+	i->next = pt->idle;
+	pt->idle = i;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
+{
+	bool same = i->bound;
+	for (uint32_t k = 0; same && k < g->nparams; k++)
+		same = i->bdims[(size_t)k * BSTRIDE + FJ_MAX_RANK] == (int64_t)in[k]->dtype * 64 + in[k]->rank &&
+		       memcmp(i->bdims + (size_t)k * BSTRIDE, in[k]->dims, (size_t)in[k]->rank * sizeof(int64_t)) == 0;
+	if (same)
+		return FJ_OK;
+	i->bound = false;
+	fj_status st = fj_rt_program_bind(i->rt, in, NULL, NULL, 0);
+	if (st != FJ_OK)
+		return st;
+	for (uint32_t k = 0; k < g->nparams; k++) {
+		memcpy(i->bdims + (size_t)k * BSTRIDE, in[k]->dims, (size_t)in[k]->rank * sizeof(int64_t));
+		i->bdims[(size_t)k * BSTRIDE + FJ_MAX_RANK] = (int64_t)in[k]->dtype * 64 + in[k]->rank;
+	}
+	i->bound = true;
+	return FJ_OK;
+}
+
+/* Runs graph pt on in[0..nparams) into slots[0..nresults). */
+static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, out_slot *slots)
+{
+	fj_context *ctx = p->ctx;
+	const fj_graph *g = pt->g;
+	inst *i;
+	fj_status st = acquire(p, pt, &i);
+	if (st != FJ_OK)
+		return st;
+	st = bind(i, g, in);
+	fj_rt_tensor *outs = NULL;
+	if (!(outs = fj_alloc(ctx, (g->nresults ? g->nresults : 1) * sizeof *outs))) {
+		release(p, pt, i);
+		return oom(ctx);
+	}
+	memset(outs, 0, (g->nresults ? g->nresults : 1) * sizeof *outs);
+	for (uint32_t k = 0; k < g->nresults; k++)
+		if (!slots[k].user)
+			outs[k] = slots[k].rt;
+	/* the outputs' places */
+	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++) {
+		fj_vid v = g->results[k];
+		const fj_value *val = &g->values[v];
+		int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
+		const int64_t *want = fj_rt_program_value_dims(i->rt, v);
+		out_slot *s = &slots[k];
+		memset(&outs[k], 0, sizeof outs[k]);
+		fj_tensor *u = s->user;
+		if (!u) {
+			outs[k] = s->rt; /* kept: reuse when the type matches */
+			continue;
+		}
+		bool same = u->data && (int)u->dtype == (int)val->type.dtype && u->rank == rank &&
+		            memcmp(u->sizes, want, (size_t)rank * sizeof *want) == 0;
+		if (u->data && (u->flags & FJ_TENSOR_OWNED) && !same) {
+			fj_tensor_release(u);
+		} else if (u->data && !same) {
+			char got[160], exp[160];
+			fj_rt_shape_str(u->sizes, u->rank < 0 || u->rank > FJ_MAX_DIMS ? 0 : u->rank, got, sizeof got);
+			fj_rt_shape_str(want, rank, exp, sizeof exp);
+			st = fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+			                     "output %u: the caller's tensor is %s%s, the result is %s%s", k,
+			                     fj_scalar_type_name(u->dtype) ? fj_scalar_type_name(u->dtype) : "?", got,
+			                     fj_dtype_name(val->type.dtype), exp);
+			break;
+		}
+		if (u->data && (u->flags & FJ_TENSOR_OWNED || is_dense(u))) {
+			outs[k].data = u->data;
+			outs[k].dtype = val->type.dtype;
+			outs[k].rank = rank;
+			memcpy(outs[k].dims, want, (size_t)rank * sizeof *want);
+			fj_rt_nbytes(val->type.dtype, want, rank, &outs[k].nbytes);
+			outs[k].cap = outs[k].nbytes;
+			if (!outs[k].nbytes && !outs[k].data)
+				outs[k].data = empty_byte;
+		} else {
+			s->scatter = u->data != NULL;
+		}
+	}
+	if (st == FJ_OK)
+		st = fj_rt_program_run(i->rt, in, outs);
+	release(p, pt, i);
+	/* hand the results over */
+	for (uint32_t k = 0; outs && k < g->nresults; k++) {
+		out_slot *s = &slots[k];
+		fj_tensor *u = s->user;
+		if (!u) {
+			s->rt = outs[k];
+			continue;
+		}
+		bool fresh = outs[k].data && outs[k].data != u->data && outs[k].data != (void *)empty_byte;
+		if (st == FJ_OK && s->scatter) {
+			int64_t n = fj_rt_tensor_numel(&outs[k]);
+			if (u->strides)
+				strided_copy(u, outs[k].data, (size_t)fj_dtype_size(outs[k].dtype), n, false);
+			else
+				memcpy(u->data, outs[k].data, outs[k].nbytes);
+		} else if (st == FJ_OK && fresh) {
+			u->data = outs[k].data;
+			u->dtype = (fj_scalar_type)outs[k].dtype;
+			u->rank = outs[k].rank;
+			memset(u->sizes, 0, sizeof u->sizes);
+			memcpy(u->sizes, outs[k].dims, (size_t)outs[k].rank * sizeof *u->sizes);
+			u->strides = NULL;
+			u->device = FJ_DEVICE_HOST;
+			u->flags |= FJ_TENSOR_OWNED;
+			continue;
+		}
+		if (fresh)
+			fj_rt_aligned_free(outs[k].data);
+	}
+	if (outs)
+		fj_free(ctx, outs, (g->nresults ? g->nresults : 1) * sizeof *outs);
+	return st;
+}
+
+/* Converts inputs[0..n) into rin[off..off+n) (tmp: the copies to free). */
+static fj_status convert_inputs(fj_context *ctx, const fj_tensor *inputs, size_t n, const char *what,
+                                fj_rt_tensor *rin, void **tmp, size_t off)
+{
+	for (size_t k = 0; k < n; k++) {
+		fj_status st = input_tensor(ctx, &inputs[k], k, what, &rin[off + k], &tmp[off + k]);
+		if (st != FJ_OK)
+			return st;
+	}
+	return FJ_OK;
+}
+
+static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
+                             size_t noutputs, fj_saved **saved)
+{
+	fj_context *ctx = p->ctx;
+	const fj_graph *g = p->main.g;
+	if (ninputs != g->nparams || (ninputs && !inputs))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "graph @%s takes %u inputs, %zu given", g->name,
+		                       g->nparams, ninputs);
+	if (noutputs != p->nout || (noutputs && !outputs))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "graph @%s returns %u outputs, room for %zu given",
+		                       g->name, p->nout, noutputs);
+	for (size_t k = 0; k < noutputs; k++) {
+		fj_status st = check_desc(ctx, &outputs[k], "output", k, true);
+		if (st != FJ_OK)
+			return st;
+	}
+	size_t np = g->nparams ? g->nparams : 1, nr = g->nresults ? g->nresults : 1;
+	fj_rt_tensor *rin = fj_alloc(ctx, np * sizeof *rin);
+	const fj_rt_tensor **pin = fj_alloc(ctx, np * sizeof *pin);
+	void **tmp = fj_alloc(ctx, np * sizeof *tmp);
+	out_slot *slots = fj_alloc(ctx, nr * sizeof *slots);
+	fj_status st = rin && pin && tmp && slots ? FJ_OK : oom(ctx);
+	if (tmp)
+		memset(tmp, 0, np * sizeof *tmp);
+	if (slots)
+		memset(slots, 0, nr * sizeof *slots);
+	if (st == FJ_OK)
+		st = convert_inputs(ctx, inputs, ninputs, "input", rin, tmp, 0);
+	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
+		pin[k] = &rin[k];
+	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
+		slots[k].user = &outputs[k];
+	if (st == FJ_OK)
+		st = run_graph(p, &p->main, pin, slots);
+	fj_saved *s = NULL;
+	if (st == FJ_OK && saved) {
+		s = fj_alloc(ctx, sizeof *s);
+		fj_rt_tensor *t = fj_alloc(ctx, (p->nsaved ? p->nsaved : 1) * sizeof *t);
+		const char **names = fj_alloc(ctx, (p->nsaved ? p->nsaved : 1) * sizeof *names);
+		if (!s || !t || !names) {
+			fj_free(ctx, s, sizeof *s);
+			fj_free(ctx, t, (p->nsaved ? p->nsaved : 1) * sizeof *t);
+			fj_free(ctx, names, (p->nsaved ? p->nsaved : 1) * sizeof *names);
+			s = NULL;
+			st = oom(ctx);
+		} else {
+			s->p = p;
+			s->n = p->nsaved;
+			s->t = t;
+			s->names = names;
+			for (uint32_t k = 0; k < p->nsaved; k++) {
+				t[k] = slots[p->nout + k].rt;
+				slots[p->nout + k].rt.data = NULL;
+				names[k] = p->info[FJ_ROLE_SAVED][k].name;
+			}
+		}
+	}
+	for (uint32_t k = p->nout; slots && k < g->nresults; k++)
+		fj_rt_tensor_free(&slots[k].rt);
+	for (size_t k = 0; tmp && k < ninputs; k++)
+		fj_rt_aligned_free(tmp[k]);
+	fj_free(ctx, rin, np * sizeof *rin);
+	fj_free(ctx, pin, np * sizeof *pin);
+	fj_free(ctx, tmp, np * sizeof *tmp);
+	fj_free(ctx, slots, nr * sizeof *slots);
+	if (saved)
+		*saved = s;
+	return st;
+}
+
+fj_status fj_program_run(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
+                         size_t noutputs)
+{
+	if (!p)
+		return FJ_ERR_INVALID;
+	return run_forward(p, inputs, ninputs, outputs, noutputs, NULL);
+}
+
+fj_status fj_program_forward(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
+                             size_t noutputs, fj_saved **saved)
+{
+	if (saved)
+		*saved = NULL;
+	if (!p)
+		return FJ_ERR_INVALID;
+	if (!saved)
+		return fj_api_arg_error(p->ctx, "fj_program_forward", "saved may not be NULL");
+	if (!p->training)
+		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "fj_program_forward: the program was not compiled for training");
+	return run_forward(p, inputs, ninputs, outputs, noutputs, saved);
+}
+
+fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_tensor *tangents, size_t ntangents,
+                              fj_tensor *grads, size_t ngrads)
+{
+	if (!p)
+		return FJ_ERR_INVALID;
+	fj_context *ctx = p->ctx;
+	if (!p->training)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "fj_program_backward: the program was not compiled for training");
+	if (!saved || saved->p != p)
+		return fj_api_arg_error(ctx, "fj_program_backward", "saved values of a forward run of this program needed");
+	const fj_graph *g = p->bw.g;
+	size_t nt = p->ninfo[FJ_ROLE_TANGENT];
+	if (ntangents != nt || (nt && !tangents))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the backward takes %zu tangents, %zu given", nt,
+		                       ntangents);
+	if (ngrads != g->nresults || (ngrads && !grads))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "the backward returns %u gradients, room for %zu given", g->nresults, ngrads);
+	for (size_t k = 0; k < ngrads; k++) {
+		fj_status st = check_desc(ctx, &grads[k], "gradient", k, true);
+		if (st != FJ_OK)
+			return st;
+	}
+	size_t np = g->nparams ? g->nparams : 1, nr = g->nresults ? g->nresults : 1;
+	const fj_rt_tensor **pin = fj_alloc(ctx, np * sizeof *pin);
+	fj_rt_tensor *rin = fj_alloc(ctx, np * sizeof *rin);
+	void **tmp = fj_alloc(ctx, np * sizeof *tmp);
+	out_slot *slots = fj_alloc(ctx, nr * sizeof *slots);
+	fj_status st = pin && rin && tmp && slots ? FJ_OK : oom(ctx);
+	if (tmp)
+		memset(tmp, 0, np * sizeof *tmp);
+	if (slots)
+		memset(slots, 0, nr * sizeof *slots);
+	if (st == FJ_OK)
+		st = convert_inputs(ctx, tangents, nt, "tangent", rin, tmp, saved->n);
+	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
+		pin[k] = k < saved->n ? &saved->t[k] : &rin[k];
+	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
+		slots[k].user = &grads[k];
+	if (st == FJ_OK)
+		st = run_graph(p, &p->bw, pin, slots);
+	for (size_t k = 0; tmp && k < np; k++)
+		fj_rt_aligned_free(tmp[k]);
+	fj_free(ctx, pin, np * sizeof *pin);
+	fj_free(ctx, rin, np * sizeof *rin);
+	fj_free(ctx, tmp, np * sizeof *tmp);
+	fj_free(ctx, slots, nr * sizeof *slots);
+	return st;
+}
+
+size_t fj_saved_count(const fj_saved *s) { return s ? s->n : 0; }
+
+size_t fj_saved_bytes(const fj_saved *s)
+{
+	size_t b = 0;
+	for (uint32_t k = 0; s && k < s->n; k++)
+		b += s->t[k].nbytes;
+	return b;
+}
+
+fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_tensor *view)
+{
+	if (!s)
+		return FJ_ERR_INVALID;
+	if (i >= s->n)
+		return fj_error_status(s->p->ctx, FJ_ERR_INVALID, (fj_loc){0}, "fj_saved_info: no saved value %zu", i);
+	const fj_rt_tensor *t = &s->t[i];
+	if (info) {
+		*info = s->p->info[FJ_ROLE_SAVED][i];
+		info->rank = t->rank;
+		memset(info->sizes, 0, sizeof info->sizes);
+		memcpy(info->sizes, t->dims, (size_t)t->rank * sizeof *t->dims);
+		info->bytes = t->nbytes;
+	}
+	if (view) {
+		memset(view, 0, sizeof *view);
+		view->data = t->data;
+		view->dtype = (fj_scalar_type)t->dtype;
+		view->rank = t->rank;
+		memcpy(view->sizes, t->dims, (size_t)t->rank * sizeof *t->dims);
+	}
+	return FJ_OK;
+}
+
+void fj_saved_destroy(fj_saved *s)
+{
+	if (!s)
+		return;
+	fj_context *ctx = s->p->ctx;
+	size_t n = s->n ? s->n : 1;
+	for (uint32_t k = 0; k < s->n; k++)
+		fj_rt_tensor_free(&s->t[k]);
+	fj_free(ctx, s->t, n * sizeof *s->t);
+	fj_free(ctx, s->names, n * sizeof *s->names);
+	fj_free(ctx, s, sizeof *s);
+}

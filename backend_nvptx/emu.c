@@ -1,0 +1,481 @@
+/* emu.c -- the host emulator of GPU kernels (emu.h).
+ *
+ * Each prepared region is emitted by region_gpu.c with the emulated target
+ * hooks below into a fresh module for the host, its entries renamed
+ * (emu<k>_<entry>) and given a wrapper `void wrap(const u64 *args)`, then
+ * optimised (default<O2>) and added to one LLJIT. The hooks call back into
+ * this file through function addresses baked into the IR as constants, and
+ * read the current thread's block and thread index from thread-local state
+ * (the one piece of mutable static state: it only lives during a launch). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "backend_nvptx/emu.h"
+#include "backend_nvptx/region_gpu.h"
+#include "codegen/region.h"
+
+typedef void (*wrap_fn)(const uint64_t *args);
+
+typedef struct emu_kernel {
+	int nvariants, sched;
+	wrap_fn wrap[FJ_NVPTX_MAX_VARIANTS];
+} emu_kernel;
+
+struct fj_nvptx_emu {
+	fj_context *ctx;
+	pthread_mutex_t lock;
+	LLVMOrcLLJITRef jit;
+	LLVMTargetMachineRef tm;
+	char *triple, *cpu, *features;
+	emu_kernel **kern;
+	uint32_t nkern, cap;
+};
+
+/* ---- the block being run ---- */
+
+typedef struct emu_block {
+	unsigned ntid, nctaid, ctaid;
+	pthread_barrier_t bar;
+	pthread_barrier_t wbar[32];
+	int64_t slot[1024];
+	wrap_fn fn;
+	const uint64_t *args;
+} emu_block;
+
+static _Thread_local emu_block *tl_blk;
+static _Thread_local unsigned tl_tid;
+
+static int32_t emu_tid(void) { return (int32_t)tl_tid; }
+static int32_t emu_ntid(void) { return (int32_t)tl_blk->ntid; }
+static int32_t emu_ctaid(void) { return (int32_t)tl_blk->ctaid; }
+static int32_t emu_nctaid(void) { return (int32_t)tl_blk->nctaid; }
+static void emu_bar(void) { pthread_barrier_wait(&tl_blk->bar); }
+static int64_t emu_shfl(int64_t v, int32_t mask)
+{
+	emu_block *b = tl_blk;
+	unsigned w = tl_tid / 32;
+	b->slot[tl_tid] = v;
+	pthread_barrier_wait(&b->wbar[w]);
+	int64_t r = b->slot[tl_tid ^ (unsigned)mask];
+	pthread_barrier_wait(&b->wbar[w]);
+	return r;
+}
+
+/* ---- hooks ---- */
+
+static LLVMValueRef call_addr(fj_cg *cg, void *fn, LLVMTypeRef ret, LLVMTypeRef *ps, LLVMValueRef *args,
+                              unsigned n)
+{
+	LLVMTypeRef fty = LLVMFunctionType(ret, ps, n, 0);
+	LLVMValueRef addr = LLVMConstInt(cg->t_i64, (unsigned long long)(uintptr_t)fn, 0);
+	LLVMValueRef f = LLVMConstIntToPtr(addr, cg->t_ptr);
+	return LLVMBuildCall2(cg->b, fty, f, args, n, "");
+}
+
+static LLVMValueRef h_tid(fj_cg *cg, int axis) { (void)axis; return call_addr(cg, (void *)emu_tid, cg->t_i32, NULL, NULL, 0); }
+static LLVMValueRef h_ntid(fj_cg *cg, int axis) { (void)axis; return call_addr(cg, (void *)emu_ntid, cg->t_i32, NULL, NULL, 0); }
+static LLVMValueRef h_ctaid(fj_cg *cg, int axis) { (void)axis; return call_addr(cg, (void *)emu_ctaid, cg->t_i32, NULL, NULL, 0); }
+static LLVMValueRef h_nctaid(fj_cg *cg, int axis) { (void)axis; return call_addr(cg, (void *)emu_nctaid, cg->t_i32, NULL, NULL, 0); }
+static void h_bar(fj_cg *cg) { call_addr(cg, (void *)emu_bar, cg->t_void, NULL, NULL, 0); }
+
+static LLVMValueRef h_shfl(fj_cg *cg, LLVMValueRef v, int mask)
+{
+	LLVMTypeRef ty = LLVMTypeOf(v);
+	LLVMValueRef x;
+	if (ty == cg->t_f64)
+		x = LLVMBuildBitCast(cg->b, v, cg->t_i64, "");
+	else if (ty == cg->t_f32)
+		x = LLVMBuildZExt(cg->b, LLVMBuildBitCast(cg->b, v, cg->t_i32, ""), cg->t_i64, "");
+	else if (ty == cg->t_i64)
+		x = v;
+	else
+		x = LLVMBuildZExt(cg->b, v, cg->t_i64, "");
+	LLVMTypeRef ps[2] = {cg->t_i64, cg->t_i32};
+	LLVMValueRef a[2] = {x, fj_cg_i32(cg, mask)};
+	LLVMValueRef r = call_addr(cg, (void *)emu_shfl, cg->t_i64, ps, a, 2);
+	if (ty == cg->t_f64)
+		return LLVMBuildBitCast(cg->b, r, ty, "");
+	if (ty == cg->t_f32)
+		return LLVMBuildBitCast(cg->b, LLVMBuildTrunc(cg->b, r, cg->t_i32, ""), ty, "");
+	if (ty == cg->t_i64)
+		return r;
+	return LLVMBuildTrunc(cg->b, r, ty, "");
+}
+
+static LLVMValueRef h_shared(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char *name)
+{
+	LLVMTypeRef aty = LLVMArrayType2(elem, n);
+	LLVMValueRef gv = LLVMAddGlobal(cg->mod, aty, name);
+	LLVMSetLinkage(gv, LLVMInternalLinkage);
+	LLVMSetInitializer(gv, LLVMConstNull(aty));
+	LLVMSetAlignment(gv, 16);
+	return gv;
+}
+
+static const char *const libm_names[FJ_MATH_COUNT][2] = {
+	[FJ_MATH_EXP] = {"expf", "exp"}, [FJ_MATH_EXP2] = {"exp2f", "exp2"},
+	[FJ_MATH_EXPM1] = {"expm1f", "expm1"}, [FJ_MATH_LOG] = {"logf", "log"},
+	[FJ_MATH_LOG2] = {"log2f", "log2"}, [FJ_MATH_LOG10] = {"log10f", "log10"},
+	[FJ_MATH_LOG1P] = {"log1pf", "log1p"}, [FJ_MATH_SIN] = {"sinf", "sin"},
+	[FJ_MATH_COS] = {"cosf", "cos"}, [FJ_MATH_TAN] = {"tanf", "tan"},
+	[FJ_MATH_TANH] = {"tanhf", "tanh"}, [FJ_MATH_SINH] = {"sinhf", "sinh"},
+	[FJ_MATH_COSH] = {"coshf", "cosh"}, [FJ_MATH_ASIN] = {"asinf", "asin"},
+	[FJ_MATH_ACOS] = {"acosf", "acos"}, [FJ_MATH_ATAN] = {"atanf", "atan"},
+	[FJ_MATH_ASINH] = {"asinhf", "asinh"}, [FJ_MATH_ACOSH] = {"acoshf", "acosh"},
+	[FJ_MATH_ATANH] = {"atanhf", "atanh"}, [FJ_MATH_ERF] = {"erff", "erf"},
+	[FJ_MATH_ERFC] = {"erfcf", "erfc"}, [FJ_MATH_POW] = {"powf", "pow"},
+	[FJ_MATH_ATAN2] = {"atan2f", "atan2"}, [FJ_MATH_FMOD] = {"fmodf", "fmod"},
+};
+
+static LLVMValueRef h_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
+{
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	unsigned n = fn == FJ_MATH_POW || fn == FJ_MATH_ATAN2 || fn == FJ_MATH_FMOD ? 2 : 1;
+	const char *name = libm_names[fn][ty == cg->t_f64];
+	LLVMTypeRef ps[2] = {ty, ty};
+	LLVMTypeRef fty = LLVMFunctionType(ty, ps, n, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+	if (!f)
+		f = LLVMAddFunction(cg->mod, name, fty);
+	return LLVMBuildCall2(cg->b, fty, f, args, n, "");
+}
+
+static const fj_cg_target emu_target = {
+	.name = "nvptx-emu", .math = h_math, .region_math = h_math, .thread_idx = h_tid, .block_idx = h_ctaid,
+	.block_dim = h_ntid, .grid_dim = h_nctaid, .barrier = h_bar, .shuffle_xor = h_shfl, .shared_array = h_shared,
+	.warp_size = 32, .vector_bits = 0,
+};
+
+/* ---- the JIT ---- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_failed;
+static void llvm_init(void)
+{
+	if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
+		init_failed = 1;
+}
+
+static fj_status llvm_err(fj_context *ctx, LLVMErrorRef e, const char *what)
+{
+	char *m = LLVMGetErrorMessage(e);
+	fj_status st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: %s: %s", what, m);
+	LLVMDisposeErrorMessage(m);
+	return st;
+}
+
+static LLVMTargetMachineRef make_tm(fj_nvptx_emu *e)
+{
+	LLVMTargetRef t;
+	char *err = NULL;
+	if (LLVMGetTargetFromTriple(e->triple, &t, &err)) {
+		LLVMDisposeMessage(err);
+		return NULL;
+	}
+	return LLVMCreateTargetMachine(t, e->triple, e->cpu, e->features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
+	                               LLVMCodeModelJITDefault);
+}
+
+void fj_nvptx_emu_destroy(fj_nvptx_emu *e)
+{
+	if (!e)
+		return;
+	if (e->jit) {
+		LLVMErrorRef err = LLVMOrcDisposeLLJIT(e->jit);
+		if (err)
+			LLVMConsumeError(err);
+	}
+	if (e->tm)
+		LLVMDisposeTargetMachine(e->tm);
+	LLVMDisposeMessage(e->triple);
+	LLVMDisposeMessage(e->cpu);
+	LLVMDisposeMessage(e->features);
+	for (uint32_t i = 0; i < e->nkern; i++)
+		free(e->kern[i]);
+	free(e->kern);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}
+
+fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out)
+{
+	*out = NULL;
+	pthread_once(&init_once, llvm_init);
+	if (init_failed)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "nvptx emulator: no native target");
+	fj_nvptx_emu *e = calloc(1, sizeof *e);
+	if (!e)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	e->ctx = ctx;
+	pthread_mutex_init(&e->lock, NULL);
+	e->triple = LLVMGetDefaultTargetTriple();
+	e->cpu = LLVMGetHostCPUName();
+	e->features = LLVMGetHostCPUFeatures();
+	LLVMTargetMachineRef jtm = make_tm(e);
+	e->tm = make_tm(e);
+	fj_status st = FJ_ERR_INTERNAL;
+	if (!jtm || !e->tm) {
+		if (jtm)
+			LLVMDisposeTargetMachine(jtm);
+		fj_nvptx_emu_destroy(e);
+		return fj_error_status(ctx, st, (fj_loc){0}, "nvptx emulator: no host target machine");
+	}
+	LLVMOrcLLJITBuilderRef lb = LLVMOrcCreateLLJITBuilder();
+	LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(lb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
+	LLVMErrorRef err = LLVMOrcCreateLLJIT(&e->jit, lb);
+	if (err) {
+		e->jit = NULL;
+		st = llvm_err(ctx, err, "creating the LLJIT");
+		fj_nvptx_emu_destroy(e);
+		return st;
+	}
+	LLVMOrcDefinitionGeneratorRef gen;
+	err = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(e->jit), NULL, NULL);
+	if (err) {
+		st = llvm_err(ctx, err, "creating the process symbol generator");
+		fj_nvptx_emu_destroy(e);
+		return st;
+	}
+	LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(e->jit), gen);
+	*out = e;
+	return FJ_OK;
+}
+
+/* ---- the device ---- */
+
+static fj_status d_alloc(void *ud, size_t n, uint64_t *p)
+{
+	fj_nvptx_emu *e = ud;
+	size_t sz = (n + 255) & ~(size_t)255;
+	if (!sz)
+		sz = 256;
+	void *m = aligned_alloc(256, sz);
+	if (!m)
+		return fj_error_status(e->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	memset(m, 0, sz);
+	*p = (uint64_t)(uintptr_t)m;
+	return FJ_OK;
+}
+static void d_release(void *ud, uint64_t p) { (void)ud; free((void *)(uintptr_t)p); }
+static fj_status d_htod(void *ud, uint64_t d, const void *s, size_t n)
+{
+	(void)ud;
+	if (n)
+		memcpy((void *)(uintptr_t)d, s, n);
+	return FJ_OK;
+}
+static fj_status d_dtoh(void *ud, void *d, uint64_t s, size_t n)
+{
+	(void)ud;
+	if (n)
+		memcpy(d, (const void *)(uintptr_t)s, n);
+	return FJ_OK;
+}
+static fj_status d_memset0(void *ud, uint64_t d, size_t n)
+{
+	(void)ud;
+	memset((void *)(uintptr_t)d, 0, n);
+	return FJ_OK;
+}
+static fj_status d_sync(void *ud) { (void)ud; return FJ_OK; }
+
+static fj_status prepare_locked(fj_nvptx_emu *e, const fj_graph *g, uint32_t node, emu_kernel **out)
+{
+	fj_context *ctx = e->ctx;
+	uint32_t id = e->nkern;
+	LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+	LLVMContextRef llctx = LLVMOrcThreadSafeContextGetContext(tsc);
+	LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("fj_emu", llctx);
+	LLVMSetTarget(mod, e->triple);
+	LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(e->tm);
+	LLVMSetModuleDataLayout(mod, dl);
+	LLVMDisposeTargetData(dl);
+	fj_cg cg;
+	fj_cg_init(&cg, ctx, &emu_target, llctx, mod);
+	int nv = 0;
+	char entries[FJ_NVPTX_MAX_VARIANTS][112];
+	fj_status st = fj_nvptx_emit_region(NULL, &cg, g, node, &nv, entries);
+	char wname[FJ_NVPTX_MAX_VARIANTS][140];
+	for (int v = 0; st == FJ_OK && v < nv; v++) {
+		LLVMValueRef f = LLVMGetNamedFunction(mod, entries[v]);
+		if (!f) {
+			st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: no entry %s", entries[v]);
+			break;
+		}
+		char nm[256];
+		snprintf(nm, sizeof nm, "emu%u_%.120s", id, entries[v]);
+		LLVMSetValueName2(f, nm, strlen(nm));
+		LLVMSetLinkage(f, LLVMInternalLinkage);
+		snprintf(wname[v], sizeof wname[v], "emu%u_wrap%d", id, v);
+		LLVMValueRef w = LLVMAddFunction(mod, wname[v], LLVMFunctionType(cg.t_void, &cg.t_ptr, 1, 0));
+		LLVMPositionBuilderAtEnd(cg.b, LLVMAppendBasicBlockInContext(llctx, w, "entry"));
+		unsigned np = LLVMCountParams(f);
+		LLVMValueRef a[np ? np : 1];
+		for (unsigned i = 0; i < np; i++) {
+			LLVMValueRef ix = fj_cg_i64(&cg, i);
+			LLVMValueRef pp = LLVMBuildGEP2(cg.b, cg.t_i64, LLVMGetParam(w, 0), &ix, 1, "");
+			a[i] = LLVMBuildLoad2(cg.b, cg.t_ptr, pp, "");
+		}
+		LLVMBuildCall2(cg.b, LLVMGlobalGetValueType(f), f, a, np, "");
+		LLVMBuildRetVoid(cg.b);
+	}
+	fj_cg_dispose(&cg);
+	if (st == FJ_OK) {
+		char *msg = NULL;
+		if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg))
+			st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: invalid IR: %s",
+			                     msg ? msg : "?");
+		LLVMDisposeMessage(msg);
+	}
+	if (st == FJ_OK) {
+		LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+		LLVMErrorRef err = LLVMRunPasses(mod, "default<O1>", e->tm, opts);
+		LLVMDisposePassBuilderOptions(opts);
+		if (err)
+			st = llvm_err(ctx, err, "optimising");
+	}
+	if (st != FJ_OK) {
+		LLVMDisposeModule(mod);
+		LLVMOrcDisposeThreadSafeContext(tsc);
+		return st;
+	}
+	LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
+	LLVMOrcDisposeThreadSafeContext(tsc);
+	LLVMErrorRef err = LLVMOrcLLJITAddLLVMIRModule(e->jit, LLVMOrcLLJITGetMainJITDylib(e->jit), tsm);
+	if (err)
+		return llvm_err(ctx, err, "adding a module");
+	emu_kernel *k = calloc(1, sizeof *k);
+	if (!k)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	k->nvariants = nv;
+	fj_rg_analysis a;
+	if (fj_rg_analyze(ctx, g, node, &a) == FJ_OK) {
+		k->sched = a.sched;
+		fj_rg_analysis_free(&a);
+	}
+	for (int v = 0; v < nv; v++) {
+		LLVMOrcExecutorAddress addr = 0;
+		err = LLVMOrcLLJITLookup(e->jit, &addr, wname[v]);
+		if (err) {
+			free(k);
+			return llvm_err(ctx, err, "looking up a kernel");
+		}
+		k->wrap[v] = (wrap_fn)(uintptr_t)addr;
+	}
+	if (e->nkern == e->cap) {
+		uint32_t nc = e->cap ? e->cap * 2 : 16;
+		emu_kernel **nk = realloc(e->kern, nc * sizeof *nk);
+		if (!nk) {
+			free(k);
+			return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		}
+		e->kern = nk;
+		e->cap = nc;
+	}
+	e->kern[e->nkern++] = k;
+	*out = k;
+	return FJ_OK;
+}
+
+static fj_status d_prepare(void *ud, const fj_graph *g, uint32_t node, void **kern, bool *hit)
+{
+	fj_nvptx_emu *e = ud;
+	*hit = false;
+	emu_kernel *k = NULL;
+	pthread_mutex_lock(&e->lock);
+	fj_status st = prepare_locked(e, g, node, &k);
+	pthread_mutex_unlock(&e->lock);
+	*kern = k;
+	return st;
+}
+
+static void *thread_main(void *arg)
+{
+	emu_block *b = ((void **)arg)[0];
+	tl_blk = b;
+	tl_tid = (unsigned)(uintptr_t)((void **)arg)[1];
+	b->fn(b->args);
+	return NULL;
+}
+
+static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsigned block, unsigned shared,
+                          const uint64_t *args, uint32_t nargs)
+{
+	fj_nvptx_emu *e = ud;
+	emu_kernel *k = kern;
+	(void)shared;
+	(void)nargs;
+	if (k->sched != FJ_RG_MATMUL && !(k->sched == FJ_RG_TRANSPOSE && variant == 0 && block == 256)) {
+		if (block > 64)
+			block = 64;
+		if (grid > 2)
+			grid = 2;
+	} else if (grid > 4) {
+		grid = 4;
+	}
+	if (block % 32 || block > 1024)
+		return fj_error_status(e->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: block size %u", block);
+	emu_block *b = calloc(1, sizeof *b);
+	pthread_t *th = calloc(block, sizeof *th);
+	void **targ = calloc((size_t)block * 2, sizeof *targ);
+	if (!b || !th || !targ) {
+		free(b);
+		free(th);
+		free(targ);
+		return fj_error_status(e->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	}
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 1 << 20);
+	fj_status st = FJ_OK;
+	for (unsigned c = 0; c < grid && st == FJ_OK; c++) {
+		b->ntid = block;
+		b->nctaid = grid;
+		b->ctaid = c;
+		b->fn = k->wrap[variant];
+		b->args = args;
+		pthread_barrier_init(&b->bar, NULL, block);
+		for (unsigned w = 0; w < block / 32; w++)
+			pthread_barrier_init(&b->wbar[w], NULL, 32);
+		unsigned started = 0;
+		for (unsigned t = 0; t < block; t++) {
+			targ[2 * t] = b;
+			targ[2 * t + 1] = (void *)(uintptr_t)t;
+			if (pthread_create(&th[t], &attr, thread_main, &targ[2 * t]) != 0) {
+				st = fj_error_status(e->ctx, FJ_ERR_RUNTIME, (fj_loc){0}, "nvptx emulator: cannot start threads");
+				break;
+			}
+			started++;
+		}
+		for (unsigned t = 0; t < started; t++)
+			pthread_join(th[t], NULL);
+		pthread_barrier_destroy(&b->bar);
+		for (unsigned w = 0; w < block / 32; w++)
+			pthread_barrier_destroy(&b->wbar[w]);
+	}
+	pthread_attr_destroy(&attr);
+	free(b);
+	free(th);
+	free(targ);
+	return st;
+}
+
+fj_rt_gpu_dev fj_nvptx_emu_device(fj_nvptx_emu *e)
+{
+	return (fj_rt_gpu_dev){
+		.ud = e, .name = "host emulator", .target = "emu", .alloc = d_alloc, .release = d_release,
+		.htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync, .prepare = d_prepare,
+		.launch = d_launch,
+	};
+}

@@ -1,0 +1,25 @@
+/* emu.h -- a host emulator of the GPU kernels, for tests on machines with no
+ * GPU: the same region templates (region_gpu.c) compiled for the host CPU
+ * with emulated target hooks, run with one OS thread per GPU thread.
+ *
+ * Blocks run one after another; the threads of a block run at once
+ * (pthreads), so barriers (pthread barriers), warp shuffles (an exchange
+ * through a per-warp slot array between two warp barriers) and shared memory
+ * (a module global, shared by the block's threads) behave as on a GPU. Grid
+ * and block sizes are scaled down (grid <= 2, block <= 64; matmul and the
+ * transpose tiles keep their 256-thread blocks): every template is a
+ * grid-stride loop. Math calls the host's libm, not libdevice. Device memory
+ * is host memory; device pointers are host addresses. */
+#ifndef FJ_NVPTX_EMU_H
+#define FJ_NVPTX_EMU_H
+
+#include "runtime/program_nvptx.h"
+
+typedef struct fj_nvptx_emu fj_nvptx_emu;
+
+fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out);
+void fj_nvptx_emu_destroy(fj_nvptx_emu *e);
+/* The device to give fj_rt_nvptx_create_on. */
+fj_rt_gpu_dev fj_nvptx_emu_device(fj_nvptx_emu *e);
+
+#endif

@@ -1,0 +1,666 @@
+/* nvptx.c -- the NVPTX target: target whitelist, target machine, libdevice,
+ * math hook, GPU intrinsics, O3 and PTX emission (nvptx.h).
+ *
+ * Process-global: LLVMInitializeNVPTX* once under pthread_once. Everything
+ * else is per compilation (a fresh LLVM context with a diagnostic handler
+ * counting errors: with a handler installed, emission "succeeds" even when it
+ * produced bad PTX, so the count is the only signal) or per fj_context (the
+ * libdevice bytes, read once, lazily).
+ *
+ * libdevice: the bitcode is parsed lazily (LLVMGetBitcodeModuleInContext2
+ * over a non-owning buffer on the bytes), its triple and data layout are
+ * replaced by ours, its definitions become linkonce_odr so that
+ * LLVMLinkModules2 materialises only the functions the kernels call, and the
+ * linked ones are internalized (so O3 inlines and drops them). NVVMReflect
+ * runs inside default<O3> for the NVPTX target machine; __nvvm_reflect("
+ * __CUDA_FTZ") reads the module flag nvvm-reflect-ftz (0: IEEE denormals).
+ * Kernels are not fast-math, so libdevice's "unsafe-fp-math"="false" is
+ * harmless here (were they, it would have to be set on the libdevice
+ * definitions too: inlining ANDs it into the caller). __nv_fast_tanhf is
+ * broken with LLVM 19 (an unknown intrinsic): __nv_tanhf is used.
+ *
+ * Fallback without a CUDA toolkit (no libdevice): PTX approximations
+ * (ex2.approx, lg2.approx, sin/cos.approx through llvm.nvvm.*) composed into
+ * every math function; doubles go through float. Accurate to ~1e-6 relative
+ * in f32, less in f64: enough to run, not to pass the f64 goldens. llvm.exp
+ * and friends do not lower on NVPTX (no libcall), so they are never used.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/BitReader.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/Linker.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "backend_nvptx/cuda.h"
+#include "backend_nvptx/nvptx.h"
+#include "backend_nvptx/nvptx_internal.h"
+
+#define TRIPLE "nvptx64-nvidia-cuda"
+#define LIBDEVICE_DEFAULT "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
+
+/* ---- targets ---- */
+
+static const char *const sms[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
+
+bool fj_nvptx_sm_supported(const char *sm)
+{
+	for (size_t i = 0; sm && i < FJ_ARRAY_LEN(sms); i++)
+		if (strcmp(sm, sms[i]) == 0)
+			return true;
+	return false;
+}
+
+fj_status fj_nvptx_check_sm(fj_context *ctx, const char *sm)
+{
+	if (fj_nvptx_sm_supported(sm))
+		return FJ_OK;
+	int major = 0;
+	if (sm && sscanf(sm, "sm_%d", &major) == 1 && major >= 100)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "nvptx: target %s is not supported by LLVM 19's NVPTX backend (supported: "
+		                       "sm_80, sm_86, sm_89, sm_90, sm_90a)",
+		                       sm);
+	return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+	                       "nvptx: unknown target '%s' (supported: sm_80, sm_86, sm_89, sm_90, sm_90a)",
+	                       sm ? sm : "(null)");
+}
+
+const char *fj_nvptx_sm_for_cc(int major, int minor)
+{
+	if (major < 8)
+		return NULL;
+	if (major == 8)
+		return minor >= 9 ? "sm_89" : minor >= 6 ? "sm_86" : "sm_80";
+	return "sm_90"; /* sm_90 and newer (sm_100 runs sm_90 PTX through the driver's JIT) */
+}
+
+/* ---- process-global initialisation ---- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static LLVMTargetRef nvptx_target;
+
+static void llvm_init(void)
+{
+	LLVMInitializeNVPTXTargetInfo();
+	LLVMInitializeNVPTXTarget();
+	LLVMInitializeNVPTXTargetMC();
+	LLVMInitializeNVPTXAsmPrinter();
+	char *err = NULL;
+	if (LLVMGetTargetFromTriple(TRIPLE, &nvptx_target, &err))
+		nvptx_target = NULL;
+	LLVMDisposeMessage(err);
+}
+
+/* ---- per-context state ---- */
+
+static void state_destroy(fj_context *ctx, void *p)
+{
+	fj_nvptx_state *s = p;
+	if (!s)
+		return;
+	fj_nvptx_cache_free(s);
+	fj_cu_driver_free(s->cu);
+	free(s->libdevice);
+	pthread_mutex_destroy(&s->lock);
+	fj_free(ctx, s, sizeof *s);
+}
+
+static fj_status state_create(fj_context *ctx, void **out)
+{
+	/* Runs under the context's lock: no diagnostics here. */
+	fj_nvptx_state *s = fj_alloc(ctx, sizeof *s);
+	if (!s)
+		return FJ_ERR_NOMEM;
+	memset(s, 0, sizeof *s);
+	s->ctx = ctx;
+	pthread_mutex_init(&s->lock, NULL);
+	*out = s;
+	return FJ_OK;
+}
+
+fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out)
+{
+	void *p = NULL;
+	fj_status st = fj_context_slot(ctx, FJ_SLOT_CUDA, state_create, state_destroy, &p);
+	*out = p;
+	if (st == FJ_ERR_NOMEM)
+		fj_error_status(ctx, st, (fj_loc){0}, "out of memory");
+	return st;
+}
+
+const char *fj_nvptx_libdevice_path(void)
+{
+	const char *e = getenv("FUSEJIT_LIBDEVICE");
+	if (e && *e) {
+		if (strcmp(e, "none") == 0)
+			return NULL;
+		return access(e, R_OK) == 0 ? e : NULL;
+	}
+	return access(LIBDEVICE_DEFAULT, R_OK) == 0 ? LIBDEVICE_DEFAULT : NULL;
+}
+
+/* Reads libdevice once per context (under s->lock). */
+static void libdevice_load(fj_nvptx_state *s)
+{
+	if (s->libdevice_tried)
+		return;
+	s->libdevice_tried = true;
+	const char *path = fj_nvptx_libdevice_path();
+	if (!path)
+		return;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return;
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (n == cap) {
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		size_t k = fread(buf + n, 1, cap - n, f);
+		if (k == 0)
+			break;
+		n += k;
+	}
+	fclose(f);
+	if (buf && n > 4) {
+		s->libdevice = buf;
+		s->libdevice_len = n;
+	} else {
+		free(buf);
+	}
+}
+
+/* ---- diagnostics ---- */
+
+static void diag_handler(LLVMDiagnosticInfoRef di, void *ud)
+{
+	fj_nvptx_comp *c = ud;
+	if (LLVMGetDiagInfoSeverity(di) != LLVMDSError)
+		return; /* warnings, remarks and notes are ignored */
+	if (c->nerrors++ == 0) {
+		char *d = LLVMGetDiagInfoDescription(di);
+		snprintf(c->first_error, sizeof c->first_error, "%s", d ? d : "?");
+		LLVMDisposeMessage(d);
+	}
+}
+
+static fj_status llvm_err(fj_context *ctx, LLVMErrorRef e, const char *what)
+{
+	char *m = LLVMGetErrorMessage(e); /* consumes e */
+	fj_status st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: %s: %s", what, m);
+	LLVMDisposeErrorMessage(m);
+	return st;
+}
+
+/* ---- compilations ---- */
+
+fj_status fj_nvptx_comp_begin(fj_context *ctx, const char *sm, fj_nvptx_comp *c)
+{
+	memset(c, 0, sizeof *c);
+	c->ctx = ctx;
+	if (!sm)
+		sm = FJ_NVPTX_DEFAULT_SM;
+	fj_status st = fj_nvptx_check_sm(ctx, sm);
+	if (st != FJ_OK)
+		return st;
+	snprintf(c->sm, sizeof c->sm, "%s", sm);
+	pthread_once(&init_once, llvm_init);
+	if (!nvptx_target)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "nvptx: this LLVM has no NVPTX target");
+	fj_nvptx_state *s;
+	st = fj_nvptx_state_get(ctx, &s);
+	if (st != FJ_OK)
+		return st;
+	pthread_mutex_lock(&s->lock);
+	libdevice_load(s);
+	c->libdevice = s->libdevice != NULL;
+	pthread_mutex_unlock(&s->lock);
+
+	/* The lowest PTX version the target allows is LLVM's default for it
+	 * (sm_80: 7.0, sm_86: 7.1, sm_89/sm_90: 7.8, sm_90a: 8.0): no features. */
+	c->tm = LLVMCreateTargetMachine(nvptx_target, TRIPLE, c->sm, "", LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+	                                LLVMCodeModelDefault);
+	if (!c->tm)
+		return fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: cannot create a target machine for %s",
+		                       c->sm);
+	c->llctx = LLVMContextCreate();
+	LLVMContextSetDiagnosticHandler(c->llctx, diag_handler, c);
+	c->mod = LLVMModuleCreateWithNameInContext("fj_nvptx", c->llctx);
+	LLVMSetTarget(c->mod, TRIPLE);
+	LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(c->tm);
+	LLVMSetModuleDataLayout(c->mod, dl);
+	LLVMDisposeTargetData(dl);
+	LLVMTypeRef i32 = LLVMInt32TypeInContext(c->llctx);
+	LLVMAddModuleFlag(c->mod, LLVMModuleFlagBehaviorOverride, "nvvm-reflect-ftz", 16,
+	                  LLVMValueAsMetadata(LLVMConstInt(i32, 0, 0)));
+	return FJ_OK;
+}
+
+void fj_nvptx_comp_end(fj_nvptx_comp *c)
+{
+	if (c->mod)
+		LLVMDisposeModule(c->mod);
+	if (c->llctx)
+		LLVMContextDispose(c->llctx);
+	if (c->tm)
+		LLVMDisposeTargetMachine(c->tm);
+	c->mod = NULL;
+	c->llctx = NULL;
+	c->tm = NULL;
+}
+
+void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid)
+{
+	LLVMSetFunctionCallConv(f, LLVMPTXKernelCallConv);
+	if (!maxntid)
+		return;
+	LLVMTypeRef i32 = LLVMInt32TypeInContext(c->llctx);
+	LLVMMetadataRef md[3] = {
+		LLVMValueAsMetadata(f),
+		LLVMMDStringInContext2(c->llctx, "maxntidx", 8),
+		LLVMValueAsMetadata(LLVMConstInt(i32, maxntid, 0)),
+	};
+	LLVMAddNamedMetadataOperand(c->mod, "nvvm.annotations",
+	                            LLVMMetadataAsValue(c->llctx, LLVMMDNodeInContext2(c->llctx, md, 3)));
+}
+
+/* Links the libdevice functions the module declares, then internalizes them. */
+static fj_status link_libdevice(fj_nvptx_comp *c)
+{
+	bool any = false;
+	for (LLVMValueRef f = LLVMGetFirstFunction(c->mod); f && !any; f = LLVMGetNextFunction(f)) {
+		size_t len;
+		const char *name = LLVMGetValueName2(f, &len);
+		any = LLVMIsDeclaration(f) && len > 5 && strncmp(name, "__nv_", 5) == 0;
+	}
+	if (!any)
+		return FJ_OK;
+	fj_nvptx_state *s;
+	fj_status st = fj_nvptx_state_get(c->ctx, &s);
+	if (st != FJ_OK)
+		return st;
+	LLVMMemoryBufferRef mb =
+		LLVMCreateMemoryBufferWithMemoryRange(s->libdevice, s->libdevice_len, "libdevice", 0);
+	LLVMModuleRef lib = NULL;
+	if (LLVMGetBitcodeModuleInContext2(c->llctx, mb, &lib)) /* takes mb */
+		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: cannot read libdevice (%s)",
+		                       fj_nvptx_libdevice_path() ? fj_nvptx_libdevice_path() : "?");
+	LLVMSetTarget(lib, TRIPLE);
+	LLVMSetDataLayout(lib, LLVMGetDataLayoutStr(c->mod));
+	for (LLVMValueRef f = LLVMGetFirstFunction(lib); f; f = LLVMGetNextFunction(f))
+		if (!LLVMIsDeclaration(f))
+			LLVMSetLinkage(f, LLVMLinkOnceODRLinkage);
+	for (LLVMValueRef gv = LLVMGetFirstGlobal(lib); gv; gv = LLVMGetNextGlobal(gv))
+		if (!LLVMIsDeclaration(gv))
+			LLVMSetLinkage(gv, LLVMLinkOnceODRLinkage);
+	if (LLVMLinkModules2(c->mod, lib)) /* destroys lib */
+		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: linking libdevice failed%s%s",
+		                       c->nerrors ? ": " : "", c->first_error);
+	for (LLVMValueRef f = LLVMGetFirstFunction(c->mod); f; f = LLVMGetNextFunction(f)) {
+		if (LLVMIsDeclaration(f) || LLVMGetFunctionCallConv(f) == LLVMPTXKernelCallConv)
+			continue;
+		LLVMSetLinkage(f, LLVMInternalLinkage);
+	}
+	for (LLVMValueRef gv = LLVMGetFirstGlobal(c->mod); gv; gv = LLVMGetNextGlobal(gv))
+		if (!LLVMIsDeclaration(gv) && LLVMGetLinkage(gv) == LLVMLinkOnceODRLinkage)
+			LLVMSetLinkage(gv, LLVMInternalLinkage);
+	return FJ_OK;
+}
+
+fj_status fj_nvptx_comp_optimise(fj_nvptx_comp *c)
+{
+	char *msg = NULL;
+	if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg)) {
+		fj_status st = fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0},
+		                               "nvptx: invalid LLVM IR generated: %s", msg ? msg : "?");
+		LLVMDisposeMessage(msg);
+		return st;
+	}
+	LLVMDisposeMessage(msg);
+	fj_status st = link_libdevice(c);
+	if (st != FJ_OK)
+		return st;
+	LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+	LLVMErrorRef e = LLVMRunPasses(c->mod, "default<O3>", c->tm, opts);
+	LLVMDisposePassBuilderOptions(opts);
+	if (e)
+		return llvm_err(c->ctx, e, "running default<O3>");
+	if (c->nerrors)
+		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: LLVM: %s", c->first_error);
+	return FJ_OK;
+}
+
+fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out)
+{
+	LLVMMemoryBufferRef mb = NULL;
+	char *err = NULL;
+	unsigned before = c->nerrors;
+	if (LLVMTargetMachineEmitToMemoryBuffer(c->tm, c->mod, LLVMAssemblyFile, &err, &mb)) {
+		fj_status st = fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: PTX emission failed: %s",
+		                               err ? err : "?");
+		LLVMDisposeMessage(err);
+		return st;
+	}
+	LLVMDisposeMessage(err);
+	if (c->nerrors != before) {
+		LLVMDisposeMemoryBuffer(mb);
+		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: PTX emission failed: %s",
+		                       c->first_error);
+	}
+	fj_buf_putn(out, LLVMGetBufferStart(mb), LLVMGetBufferSize(mb));
+	LLVMDisposeMemoryBuffer(mb);
+	return out->oom ? FJ_ERR_NOMEM : FJ_OK;
+}
+
+fj_status fj_nvptx_comp_llvm(fj_nvptx_comp *c, fj_buf *out)
+{
+	char *s = LLVMPrintModuleToString(c->mod);
+	fj_buf_puts(out, s);
+	LLVMDisposeMessage(s);
+	return out->oom ? FJ_ERR_NOMEM : FJ_OK;
+}
+
+/* ---- intrinsics ---- */
+
+static LLVMValueRef call_intrin(fj_cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *args,
+                                unsigned nargs)
+{
+	LLVMTypeRef ps[4];
+	for (unsigned i = 0; i < nargs; i++)
+		ps[i] = LLVMTypeOf(args[i]);
+	LLVMTypeRef fty = LLVMFunctionType(ret, ps, nargs, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+	if (!f)
+		f = LLVMAddFunction(cg->mod, name, fty);
+	return LLVMBuildCall2(cg->b, fty, f, args, nargs, "");
+}
+
+LLVMValueRef fj_nvptx_sreg(fj_cg *cg, fj_nvptx_sreg_id r)
+{
+	static const char *const names[] = {
+		[FJ_SREG_TID_X] = "llvm.nvvm.read.ptx.sreg.tid.x",
+		[FJ_SREG_NTID_X] = "llvm.nvvm.read.ptx.sreg.ntid.x",
+		[FJ_SREG_CTAID_X] = "llvm.nvvm.read.ptx.sreg.ctaid.x",
+		[FJ_SREG_NCTAID_X] = "llvm.nvvm.read.ptx.sreg.nctaid.x",
+	};
+	return call_intrin(cg, names[r], cg->t_i32, NULL, 0);
+}
+
+void fj_nvptx_barrier(fj_cg *cg)
+{
+	call_intrin(cg, "llvm.nvvm.barrier0", cg->t_void, NULL, 0);
+}
+
+LLVMValueRef fj_nvptx_shfl_xor(fj_cg *cg, LLVMValueRef v, int lanemask)
+{
+	LLVMTypeRef ty = LLVMTypeOf(v);
+	LLVMValueRef m1 = fj_cg_i32(cg, -1), off = fj_cg_i32(cg, lanemask), c31 = fj_cg_i32(cg, 31);
+	if (ty == cg->t_f32 || ty == cg->t_i32) {
+		LLVMValueRef a[4] = {m1, v, off, c31};
+		return call_intrin(cg, ty == cg->t_f32 ? "llvm.nvvm.shfl.sync.bfly.f32" : "llvm.nvvm.shfl.sync.bfly.i32",
+		                   ty, a, 4);
+	}
+	/* 64-bit (and other) values: as i64 split in two i32 halves */
+	unsigned bits = LLVMGetTypeKind(ty) == LLVMIntegerTypeKind ? LLVMGetIntTypeWidth(ty) : 64;
+	LLVMValueRef x = v;
+	if (ty == cg->t_f64)
+		x = LLVMBuildBitCast(cg->b, v, cg->t_i64, "");
+	else if (ty == cg->t_i1 || bits < 32)
+		x = LLVMBuildZExt(cg->b, v, cg->t_i32, "");
+	if (LLVMTypeOf(x) == cg->t_i32) {
+		LLVMValueRef a[4] = {m1, x, off, c31};
+		LLVMValueRef r = call_intrin(cg, "llvm.nvvm.shfl.sync.bfly.i32", cg->t_i32, a, 4);
+		return LLVMBuildTrunc(cg->b, r, ty, "");
+	}
+	LLVMValueRef lo = LLVMBuildTrunc(cg->b, x, cg->t_i32, "");
+	LLVMValueRef hi = LLVMBuildTrunc(cg->b, LLVMBuildLShr(cg->b, x, LLVMConstInt(cg->t_i64, 32, 0), ""), cg->t_i32, "");
+	LLVMValueRef a1[4] = {m1, lo, off, c31}, a2[4] = {m1, hi, off, c31};
+	lo = call_intrin(cg, "llvm.nvvm.shfl.sync.bfly.i32", cg->t_i32, a1, 4);
+	hi = call_intrin(cg, "llvm.nvvm.shfl.sync.bfly.i32", cg->t_i32, a2, 4);
+	LLVMValueRef r = LLVMBuildOr(cg->b, LLVMBuildZExt(cg->b, lo, cg->t_i64, ""),
+	                             LLVMBuildShl(cg->b, LLVMBuildZExt(cg->b, hi, cg->t_i64, ""),
+	                                          LLVMConstInt(cg->t_i64, 32, 0), ""), "");
+	return ty == cg->t_f64 ? LLVMBuildBitCast(cg->b, r, ty, "") : r;
+}
+
+LLVMValueRef fj_nvptx_shared(fj_cg *cg, LLVMTypeRef ty, unsigned n, const char *name)
+{
+	LLVMTypeRef aty = LLVMArrayType2(ty, n);
+	LLVMValueRef gv = LLVMAddGlobalInAddressSpace(cg->mod, aty, name, 3);
+	LLVMSetLinkage(gv, LLVMInternalLinkage);
+	LLVMSetInitializer(gv, LLVMGetUndef(aty));
+	LLVMSetAlignment(gv, 16);
+	/* a generic pointer to it (NVPTX folds the cast into ld/st.shared) */
+	return LLVMBuildAddrSpaceCast(cg->b, gv, cg->t_ptr, name);
+}
+
+/* ---- the math hook ---- */
+
+static const char *const nv_names[FJ_MATH_COUNT][2] = {
+	[FJ_MATH_EXP] = {"__nv_expf", "__nv_exp"}, [FJ_MATH_EXP2] = {"__nv_exp2f", "__nv_exp2"},
+	[FJ_MATH_EXPM1] = {"__nv_expm1f", "__nv_expm1"}, [FJ_MATH_LOG] = {"__nv_logf", "__nv_log"},
+	[FJ_MATH_LOG2] = {"__nv_log2f", "__nv_log2"}, [FJ_MATH_LOG10] = {"__nv_log10f", "__nv_log10"},
+	[FJ_MATH_LOG1P] = {"__nv_log1pf", "__nv_log1p"}, [FJ_MATH_SIN] = {"__nv_sinf", "__nv_sin"},
+	[FJ_MATH_COS] = {"__nv_cosf", "__nv_cos"}, [FJ_MATH_TAN] = {"__nv_tanf", "__nv_tan"},
+	[FJ_MATH_TANH] = {"__nv_tanhf", "__nv_tanh"}, [FJ_MATH_SINH] = {"__nv_sinhf", "__nv_sinh"},
+	[FJ_MATH_COSH] = {"__nv_coshf", "__nv_cosh"}, [FJ_MATH_ASIN] = {"__nv_asinf", "__nv_asin"},
+	[FJ_MATH_ACOS] = {"__nv_acosf", "__nv_acos"}, [FJ_MATH_ATAN] = {"__nv_atanf", "__nv_atan"},
+	[FJ_MATH_ASINH] = {"__nv_asinhf", "__nv_asinh"}, [FJ_MATH_ACOSH] = {"__nv_acoshf", "__nv_acosh"},
+	[FJ_MATH_ATANH] = {"__nv_atanhf", "__nv_atanh"}, [FJ_MATH_ERF] = {"__nv_erff", "__nv_erf"},
+	[FJ_MATH_ERFC] = {"__nv_erfcf", "__nv_erfc"}, [FJ_MATH_POW] = {"__nv_powf", "__nv_pow"},
+	[FJ_MATH_ATAN2] = {"__nv_atan2f", "__nv_atan2"}, [FJ_MATH_FMOD] = {"__nv_fmodf", "__nv_fmod"},
+};
+
+static unsigned math_arity(fj_cg_math fn)
+{
+	return fn == FJ_MATH_POW || fn == FJ_MATH_ATAN2 || fn == FJ_MATH_FMOD ? 2 : 1;
+}
+
+static LLVMValueRef libdevice_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
+{
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	bool dbl = ty == cg->t_f64;
+	unsigned nargs = math_arity(fn);
+	const char *name = nv_names[fn][dbl];
+	LLVMTypeRef ps[2] = {ty, ty};
+	LLVMTypeRef fty = LLVMFunctionType(ty, ps, nargs, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+	if (!f)
+		f = LLVMAddFunction(cg->mod, name, fty);
+	return LLVMBuildCall2(cg->b, fty, f, args, nargs, "");
+}
+
+/* Fallback: composed from PTX approximations, in float. */
+static LLVMValueRef fx(fj_cg *cg, const char *intrin, LLVMValueRef x)
+{
+	return call_intrin(cg, intrin, cg->t_f32, &x, 1);
+}
+static LLVMValueRef fc(fj_cg *cg, double v) { return LLVMConstReal(cg->t_f32, v); }
+static LLVMValueRef fmul(fj_cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFMul(cg->b, a, b, ""); }
+static LLVMValueRef fadd(fj_cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFAdd(cg->b, a, b, ""); }
+static LLVMValueRef fsub(fj_cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFSub(cg->b, a, b, ""); }
+static LLVMValueRef fdiv(fj_cg *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFDiv(cg->b, a, b, ""); }
+static LLVMValueRef fb_exp(fj_cg *cg, LLVMValueRef x)
+{
+	return fx(cg, "llvm.nvvm.ex2.approx.f", fmul(cg, x, fc(cg, 1.4426950408889634)));
+}
+static LLVMValueRef fb_log(fj_cg *cg, LLVMValueRef x)
+{
+	return fmul(cg, fx(cg, "llvm.nvvm.lg2.approx.f", x), fc(cg, 0.6931471805599453));
+}
+static LLVMValueRef fb_sqrt(fj_cg *cg, LLVMValueRef x) { return fx(cg, "llvm.sqrt.f32", x); }
+static LLVMValueRef fb_atan(fj_cg *cg, LLVMValueRef x)
+{
+	/* atan(x) = sign * (pi/2 - atan(1/|x|)) for |x| > 1; minimax on [0,1] */
+	LLVMValueRef ax = fx(cg, "llvm.fabs.f32", x);
+	LLVMValueRef big = LLVMBuildFCmp(cg->b, LLVMRealOGT, ax, fc(cg, 1), "");
+	LLVMValueRef t = LLVMBuildSelect(cg->b, big, fdiv(cg, fc(cg, 1), ax), ax, "");
+	LLVMValueRef t2 = fmul(cg, t, t);
+	static const double c[] = {-0.0040540580, 0.0218612288, -0.0559098861, 0.0964200441,
+	                           -0.1390853351, 0.1994653599, -0.3332985605, 0.9999993329};
+	LLVMValueRef p = fc(cg, c[0]);
+	for (int i = 1; i < 8; i++)
+		p = fadd(cg, fmul(cg, p, t2), fc(cg, c[i]));
+	p = fmul(cg, p, t);
+	p = LLVMBuildSelect(cg->b, big, fsub(cg, fc(cg, 1.5707963267948966), p), p, "");
+	LLVMValueRef neg = LLVMBuildFCmp(cg->b, LLVMRealOLT, x, fc(cg, 0), "");
+	return LLVMBuildSelect(cg->b, neg, LLVMBuildFNeg(cg->b, p, ""), p, "");
+}
+static LLVMValueRef fb_erf(fj_cg *cg, LLVMValueRef x)
+{
+	/* Abramowitz-Stegun 7.1.26 refined: erf(x) = 1 - t*exp(-x^2 + poly(t)) */
+	LLVMValueRef ax = fx(cg, "llvm.fabs.f32", x);
+	LLVMValueRef t = fdiv(cg, fc(cg, 1), fadd(cg, fc(cg, 1), fmul(cg, fc(cg, 0.5), ax)));
+	static const double c[] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+	                           -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+	LLVMValueRef p = fc(cg, c[0]);
+	for (int i = 1; i < 10; i++)
+		p = fadd(cg, fmul(cg, p, t), fc(cg, c[i]));
+	LLVMValueRef e = fmul(cg, t, fb_exp(cg, fadd(cg, LLVMBuildFNeg(cg->b, fmul(cg, ax, ax), ""), p)));
+	LLVMValueRef r = fsub(cg, fc(cg, 1), e);
+	LLVMValueRef neg = LLVMBuildFCmp(cg->b, LLVMRealOLT, x, fc(cg, 0), "");
+	return LLVMBuildSelect(cg->b, neg, LLVMBuildFNeg(cg->b, r, ""), r, "");
+}
+
+static LLVMValueRef fallback_f32(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef y)
+{
+	LLVMValueRef one = fc(cg, 1);
+	switch (fn) {
+	case FJ_MATH_EXP: return fb_exp(cg, x);
+	case FJ_MATH_EXP2: return fx(cg, "llvm.nvvm.ex2.approx.f", x);
+	case FJ_MATH_EXPM1: return fsub(cg, fb_exp(cg, x), one);
+	case FJ_MATH_LOG: return fb_log(cg, x);
+	case FJ_MATH_LOG2: return fx(cg, "llvm.nvvm.lg2.approx.f", x);
+	case FJ_MATH_LOG10: return fmul(cg, fx(cg, "llvm.nvvm.lg2.approx.f", x), fc(cg, 0.30102999566398120));
+	case FJ_MATH_LOG1P: return fb_log(cg, fadd(cg, one, x));
+	case FJ_MATH_SIN: return fx(cg, "llvm.nvvm.sin.approx.f", x);
+	case FJ_MATH_COS: return fx(cg, "llvm.nvvm.cos.approx.f", x);
+	case FJ_MATH_TAN:
+		return fdiv(cg, fx(cg, "llvm.nvvm.sin.approx.f", x), fx(cg, "llvm.nvvm.cos.approx.f", x));
+	case FJ_MATH_TANH: {
+		/* 1 - 2/(exp(2x)+1): saturates correctly at +-inf */
+		LLVMValueRef e = fb_exp(cg, fmul(cg, x, fc(cg, 2)));
+		return fsub(cg, one, fdiv(cg, fc(cg, 2), fadd(cg, e, one)));
+	}
+	case FJ_MATH_SINH: case FJ_MATH_COSH: {
+		LLVMValueRef e = fb_exp(cg, x), ie = fdiv(cg, one, e);
+		LLVMValueRef r = fn == FJ_MATH_SINH ? fsub(cg, e, ie) : fadd(cg, e, ie);
+		return fmul(cg, r, fc(cg, 0.5));
+	}
+	case FJ_MATH_ATAN: return fb_atan(cg, x);
+	case FJ_MATH_ASIN: case FJ_MATH_ACOS: {
+		/* asin(x) = atan(x / sqrt(1-x^2)); acos = pi/2 - asin */
+		LLVMValueRef s = fb_sqrt(cg, fsub(cg, one, fmul(cg, x, x)));
+		LLVMValueRef as = fb_atan(cg, fdiv(cg, x, s));
+		return fn == FJ_MATH_ASIN ? as : fsub(cg, fc(cg, 1.5707963267948966), as);
+	}
+	case FJ_MATH_ASINH: return fb_log(cg, fadd(cg, x, fb_sqrt(cg, fadd(cg, fmul(cg, x, x), one))));
+	case FJ_MATH_ACOSH: return fb_log(cg, fadd(cg, x, fb_sqrt(cg, fsub(cg, fmul(cg, x, x), one))));
+	case FJ_MATH_ATANH:
+		return fmul(cg, fc(cg, 0.5), fb_log(cg, fdiv(cg, fadd(cg, one, x), fsub(cg, one, x))));
+	case FJ_MATH_ERF: return fb_erf(cg, x);
+	case FJ_MATH_ERFC: return fsub(cg, one, fb_erf(cg, x));
+	case FJ_MATH_POW: {
+		/* exp2(y*log2|x|), with the sign of x for odd integer y; NaN for x<0, non-integer y */
+		LLVMValueRef ax = fx(cg, "llvm.fabs.f32", x);
+		LLVMValueRef r = fx(cg, "llvm.nvvm.ex2.approx.f", fmul(cg, y, fx(cg, "llvm.nvvm.lg2.approx.f", ax)));
+		LLVMValueRef yi = fx(cg, "llvm.trunc.f32", y);
+		LLVMValueRef isint = LLVMBuildFCmp(cg->b, LLVMRealOEQ, yi, y, "");
+		LLVMValueRef half = fmul(cg, yi, fc(cg, 0.5));
+		LLVMValueRef odd = LLVMBuildFCmp(cg->b, LLVMRealONE, fx(cg, "llvm.trunc.f32", half), half, "");
+		LLVMValueRef neg = LLVMBuildFCmp(cg->b, LLVMRealOLT, x, fc(cg, 0), "");
+		LLVMValueRef negr = LLVMBuildSelect(cg->b, odd, LLVMBuildFNeg(cg->b, r, ""), r, "");
+		negr = LLVMBuildSelect(cg->b, isint, negr, LLVMConstReal(cg->t_f32, 0.0 / 0.0), "");
+		r = LLVMBuildSelect(cg->b, neg, negr, r, "");
+		LLVMValueRef y0 = LLVMBuildFCmp(cg->b, LLVMRealOEQ, y, fc(cg, 0), "");
+		return LLVMBuildSelect(cg->b, y0, one, r, "");
+	}
+	case FJ_MATH_ATAN2: {
+		LLVMValueRef a = fb_atan(cg, fdiv(cg, x, y));
+		LLVMValueRef pi = fc(cg, 3.14159265358979323846);
+		LLVMValueRef yneg = LLVMBuildFCmp(cg->b, LLVMRealOLT, y, fc(cg, 0), "");
+		LLVMValueRef xneg = LLVMBuildFCmp(cg->b, LLVMRealOLT, x, fc(cg, 0), "");
+		LLVMValueRef adj = LLVMBuildSelect(cg->b, xneg, fsub(cg, a, pi), fadd(cg, a, pi), "");
+		return LLVMBuildSelect(cg->b, yneg, adj, a, "");
+	}
+	case FJ_MATH_FMOD: return LLVMBuildFRem(cg->b, x, y, "");
+	default: return x;
+	}
+}
+
+static LLVMValueRef fallback_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
+{
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	bool dbl = ty == cg->t_f64;
+	if (fn == FJ_MATH_FMOD)
+		return LLVMBuildFRem(cg->b, args[0], args[1], "");
+	LLVMValueRef x = dbl ? LLVMBuildFPTrunc(cg->b, args[0], cg->t_f32, "") : args[0];
+	LLVMValueRef y = NULL;
+	if (math_arity(fn) == 2)
+		y = dbl ? LLVMBuildFPTrunc(cg->b, args[1], cg->t_f32, "") : args[1];
+	LLVMValueRef r = fallback_f32(cg, fn, x, y);
+	return dbl ? LLVMBuildFPExt(cg->b, r, cg->t_f64, "") : r;
+}
+
+/* ---- the GPU hooks of fj_cg_target ---- */
+
+static LLVMValueRef hook_tid(fj_cg *cg, int axis)
+{
+	static const char *const n[] = {"llvm.nvvm.read.ptx.sreg.tid.x", "llvm.nvvm.read.ptx.sreg.tid.y",
+	                                "llvm.nvvm.read.ptx.sreg.tid.z"};
+	return call_intrin(cg, n[axis % 3], cg->t_i32, NULL, 0);
+}
+static LLVMValueRef hook_ctaid(fj_cg *cg, int axis)
+{
+	static const char *const n[] = {"llvm.nvvm.read.ptx.sreg.ctaid.x", "llvm.nvvm.read.ptx.sreg.ctaid.y",
+	                                "llvm.nvvm.read.ptx.sreg.ctaid.z"};
+	return call_intrin(cg, n[axis % 3], cg->t_i32, NULL, 0);
+}
+static LLVMValueRef hook_ntid(fj_cg *cg, int axis)
+{
+	static const char *const n[] = {"llvm.nvvm.read.ptx.sreg.ntid.x", "llvm.nvvm.read.ptx.sreg.ntid.y",
+	                                "llvm.nvvm.read.ptx.sreg.ntid.z"};
+	return call_intrin(cg, n[axis % 3], cg->t_i32, NULL, 0);
+}
+static LLVMValueRef hook_nctaid(fj_cg *cg, int axis)
+{
+	static const char *const n[] = {"llvm.nvvm.read.ptx.sreg.nctaid.x", "llvm.nvvm.read.ptx.sreg.nctaid.y",
+	                                "llvm.nvvm.read.ptx.sreg.nctaid.z"};
+	return call_intrin(cg, n[axis % 3], cg->t_i32, NULL, 0);
+}
+static LLVMValueRef hook_shared(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char *name)
+{
+	return fj_nvptx_shared(cg, elem, (unsigned)n, name);
+}
+
+#define GPU_HOOKS                                                                                       \
+	.thread_idx = hook_tid, .block_idx = hook_ctaid, .block_dim = hook_ntid, .grid_dim = hook_nctaid, \
+	.barrier = fj_nvptx_barrier, .shuffle_xor = fj_nvptx_shfl_xor, .shared_array = hook_shared,       \
+	.warp_size = 32, .vector_bits = 128
+
+static const fj_cg_target target_libdevice = {
+	.name = "nvptx", .math = libdevice_math, .region_math = libdevice_math, GPU_HOOKS};
+static const fj_cg_target target_fallback = {
+	.name = "nvptx", .math = fallback_math, .region_math = fallback_math, GPU_HOOKS};
+
+const fj_cg_target *fj_nvptx_cg_target(const fj_nvptx_comp *c)
+{
+	return c->libdevice ? &target_libdevice : &target_fallback;
+}

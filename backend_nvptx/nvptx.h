@@ -1,0 +1,92 @@
+/* nvptx.h -- the NVPTX backend: targets, the LLVM NVPTX target machine,
+ * libdevice linking, PTX emission, the GPU kernels of fused regions, and the
+ * CUDA driver (cuda.h).
+ *
+ * Per-context state (fj_context_slot FJ_SLOT_CUDA): the libdevice bitcode
+ * (read once, lazily), the compiled-kernel cache (PTX text and launch
+ * parameters, keyed by region key + specialisation), and the CUDA driver
+ * once loaded. Each compilation builds its module in a fresh LLVM context
+ * with a diagnostic handler that counts errors (LLVM's default handler calls
+ * exit(1) on a backend error).
+ *
+ * GPU kernel ABI (every kernel fusejit emits for NVPTX):
+ *
+ *   .entry fj_<graph>_k<i>[_<variant>](ptr p_0, ..., ptr p_{n-1}, ptr dims)
+ *
+ *   p_j   device pointers: the region's operands in order (NULL for `none`
+ *         and literal operands), then its results, then scratch buffers the
+ *         kernel's launch plan asks for (fj_nvptx_kernel.nscratch).
+ *   dims  a device pointer to the i64 sizes of every operand (rank entries
+ *         each; literals and `none` have rank 0), then of every result,
+ *         concatenated (the host ABI's dims array, cg.h); the runtime uploads
+ *         it once per bind. Kernels read it through ld.global.nc.
+ *   Launch: a 1-D grid of 1-D blocks; the grid and block sizes come from
+ *   fj_nvptx_launch_dims() from the bound sizes.
+ */
+#ifndef FJ_NVPTX_H
+#define FJ_NVPTX_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "backend_nvptx/nvptx_api.h"
+#include "codegen/cg.h"
+
+/* ---- one compilation: an LLVM context + module for a target ---- */
+
+typedef struct fj_nvptx_comp {
+	fj_context *ctx;
+	char sm[16];
+	LLVMContextRef llctx;
+	LLVMModuleRef mod;
+	LLVMTargetMachineRef tm;
+	bool libdevice;          /* math through libdevice (else inline fallbacks) */
+	unsigned nerrors;        /* backend errors reported through the diagnostic handler */
+	char first_error[512];
+} fj_nvptx_comp;
+
+/* Creates the context (with the counting diagnostic handler), the module
+ * (triple nvptx64-nvidia-cuda, the target machine's data layout,
+ * nvvm-reflect-ftz = 0) and the target machine. */
+fj_status fj_nvptx_comp_begin(fj_context *ctx, const char *sm, fj_nvptx_comp *c);
+void fj_nvptx_comp_end(fj_nvptx_comp *c);
+/* The code generator's target hooks for this compilation. */
+const fj_cg_target *fj_nvptx_cg_target(const fj_nvptx_comp *c);
+/* Marks f a kernel: ptx_kernel calling convention, launch bound maxntidx. */
+void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid);
+/* Verifies, links the libdevice functions used, internalizes them and runs
+ * default<O3>. */
+fj_status fj_nvptx_comp_optimise(fj_nvptx_comp *c);
+/* PTX of the (optimised) module, appended to out. */
+fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out);
+/* Textual LLVM IR of the module, appended to out. */
+fj_status fj_nvptx_comp_llvm(fj_nvptx_comp *c, fj_buf *out);
+
+/* ---- GPU intrinsics and helpers for the kernel templates ---- */
+
+typedef enum fj_nvptx_sreg { FJ_SREG_TID_X, FJ_SREG_NTID_X, FJ_SREG_CTAID_X, FJ_SREG_NCTAID_X } fj_nvptx_sreg_id;
+LLVMValueRef fj_nvptx_sreg(fj_cg *cg, fj_nvptx_sreg_id r); /* i32 */
+void fj_nvptx_barrier(fj_cg *cg);
+/* __shfl_xor_sync(0xffffffff, v, lanemask): v of type float, double, i32 or i64. */
+LLVMValueRef fj_nvptx_shfl_xor(fj_cg *cg, LLVMValueRef v, int lanemask);
+/* A shared-memory array of n elements of type ty (internal, undef). */
+LLVMValueRef fj_nvptx_shared(fj_cg *cg, LLVMTypeRef ty, unsigned n, const char *name);
+
+/* ---- per-context state, libdevice ---- */
+
+typedef struct fj_nvptx_state fj_nvptx_state;
+fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out);
+/* Path of libdevice: $FUSEJIT_LIBDEVICE, else the CUDA toolkit's; NULL when
+ * none is readable (FUSEJIT_LIBDEVICE=none forces the fallback). */
+const char *fj_nvptx_libdevice_path(void);
+
+/* ---- fused regions -> PTX (region_gpu.c) ---- */
+
+/* Kernel launch parameters decided at run time from the sizes. */
+typedef struct fj_nvptx_launch {
+	unsigned grid, block;    /* 1-D */
+	unsigned shared_bytes;   /* dynamic shared memory (0: all static) */
+} fj_nvptx_launch;
+
+
+#endif

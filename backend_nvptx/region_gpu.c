@@ -1,0 +1,1716 @@
+/* region_gpu.c -- GPU kernel templates for fused regions (fusion.kernel ->
+ * PTX), on the shared region analysis and evaluator of codegen/region.h, and
+ * the per-context cache of compiled regions.
+ *
+ * Every region compiles to ONE PTX module holding its variants (entries);
+ * the launch plan (fj_nvptx_plan_region) picks variants and grid/block sizes
+ * from the bound sizes at run time. Entry names: the kernel attribute for
+ * the main variant, plus a suffix for the others. The ABI is nvptx.h's.
+ *
+ * Templates (schedule -> entries):
+ *   pointwise, transpose  <name>     grid-stride over D in chunks of 4
+ *                                    elements (16-byte vector loads/stores
+ *                                    when the pointers are 16-byte aligned:
+ *                                    param align 16 lets the load/store
+ *                                    vectorizer form ld/st.global.v4), scalar tail;
+ *                         <name>_s1  grid-stride, one element per iteration
+ *                                    (pointers not 16-byte aligned).
+ *                         (transpose: the same code; reads through the
+ *                         evaluator's index map, no shared-memory tile yet.)
+ *   reduction_inner/outer, persistent_inner/outer
+ *                         <name>     a block per row (grid-stride over rows):
+ *                                    threads stride over the row (contiguous
+ *                                    chunks when an argmax/argmin needs the
+ *                                    order), warp shuffles (xor 1,2,..16) then
+ *                                    shared memory across warps, the result
+ *                                    broadcast to the block; one pass per
+ *                                    reduction phase (chained persistent
+ *                                    reductions: max, then sum of exp ...),
+ *                                    then the row's outputs. Persistent rows
+ *                                    are re-read per phase (L2-resident), not
+ *                                    kept in registers.
+ *                         <name>_tpr a thread per row, sequential over the
+ *                                    row: outer reductions (adjacent threads
+ *                                    read adjacent columns) and short rows.
+ *   matmul                <name>     16x16 shared-memory tiles of A and B
+ *                                    read through the evaluator, f64/i64
+ *                                    accumulation as the reference, the
+ *                                    epilogue evaluated per output (no tensor
+ *                                    cores yet).
+ *   take, gather          <name>     a thread per element of the opaque
+ *                                    result; indices checked (status).
+ *   scatter               <name>     out = self (grid-stride copy);
+ *                         <name>_add a thread per source element:
+ *                                    atomicrmw add for f32/f64/f16/i32/i64,
+ *                                    a single thread for other dtypes.
+ *   scan                  <name>     a thread per line, sequential along dim.
+ * Errors (index out of range, empty amax ...) are OR-ed into *status (an
+ * i32 the runtime zeroes and reads back after the run).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <llvm-c/Core.h>
+
+#include "backend_nvptx/nvptx.h"
+#include "backend_nvptx/nvptx_internal.h"
+#include "backend_nvptx/region_gpu.h"
+#include "codegen/region.h"
+
+#define BLOCK_MAX 1024
+#define TILE 16
+#define MAXIO 240 /* operands, results: CUDA allows 4 KiB of parameters */
+
+typedef LLVMValueRef V;
+
+typedef struct gk {
+	fj_nvptx_comp *c;
+	fj_cg *cg;
+	const fj_rg_analysis *a;
+	const fj_graph *body;
+	const fj_node *n;
+	fj_cg_operand in[MAXIO];
+	fj_cg_tensor out[MAXIO];
+	uint32_t nin, nout;
+	LLVMValueRef fn, statusp, status;
+	V tid, ntid, ctaid, nctaid; /* i64 */
+	fj_rg r;
+	char prefix[96];
+	unsigned nshared;
+} gk;
+
+#define B (k->cg->b)
+
+static V i64c(gk *k, int64_t v) { return fj_cg_i64(k->cg, v); }
+static V add(gk *k, V x, V y) { return LLVMBuildAdd(B, x, y, ""); }
+static V mul(gk *k, V x, V y) { return LLVMBuildMul(B, x, y, ""); }
+static V ult(gk *k, V x, V y) { return LLVMBuildICmp(B, LLVMIntULT, x, y, ""); }
+static V slt(gk *k, V x, V y) { return LLVMBuildICmp(B, LLVMIntSLT, x, y, ""); }
+static V sel(gk *k, V c, V x, V y) { return LLVMBuildSelect(B, c, x, y, ""); }
+static V zx64(gk *k, V x) { return LLVMBuildZExt(B, x, k->cg->t_i64, ""); }
+
+static void attr(gk *k, LLVMValueRef f, int idx, const char *name, uint64_t val)
+{
+	unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+	LLVMAddAttributeAtIndex(f, (LLVMAttributeIndex)idx, LLVMCreateEnumAttribute(k->cg->llctx, kind, val));
+}
+
+/* ---- entries ---- */
+
+static V load_dim(gk *k, V dims, int64_t i)
+{
+	V ix = i64c(k, i);
+	V p = LLVMBuildInBoundsGEP2(B, k->cg->t_i64, dims, &ix, 1, "");
+	V v = LLVMBuildLoad2(B, k->cg->t_i64, p, "d");
+	LLVMSetAlignment(v, 8);
+	return v;
+}
+
+static void make_view(gk *k, fj_cg_tensor *t, V ptr, fj_dtype dt, int rank, V dims, int64_t *di)
+{
+	memset(t, 0, sizeof *t);
+	t->ptr = ptr;
+	t->dtype = dt;
+	t->rank = rank;
+	for (int d = 0; d < rank; d++)
+		t->dim[d] = load_dim(k, dims, (*di)++);
+	V s = i64c(k, 1);
+	for (int d = rank - 1; d >= 0; d--) {
+		t->stride[d] = s;
+		s = LLVMBuildNSWMul(B, s, t->dim[d], "");
+	}
+	t->numel = s;
+}
+
+/* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr status). */
+static fj_status entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned align)
+{
+	fj_cg *cg = k->cg;
+	const fj_node *n = k->n;
+	uint32_t np = n->nopnds + n->nres + 2;
+	LLVMTypeRef ps[np];
+	for (uint32_t i = 0; i < np; i++)
+		ps[i] = cg->t_ptr;
+	char name[160];
+	snprintf(name, sizeof name, "%s%s", k->prefix, suffix);
+	LLVMValueRef f = LLVMAddFunction(cg->mod, name, LLVMFunctionType(cg->t_void, ps, np, 0));
+	k->fn = f;
+	cg->fn = f;
+	if (k->c)
+		fj_nvptx_mark_kernel(k->c, f, maxntid);
+	attr(k, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
+	for (uint32_t i = 0; i < np; i++) {
+		attr(k, f, (int)i + 1, "noalias", 0);
+		attr(k, f, (int)i + 1, "nocapture", 0);
+		bool input = i < n->nopnds || i == np - 2;
+		if (input)
+			attr(k, f, (int)i + 1, "readonly", 0);
+		if (align && i < n->nopnds + n->nres)
+			attr(k, f, (int)i + 1, "align", align);
+	}
+	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
+	LLVMPositionBuilderAtEnd(cg->b, cg->entry);
+	V dims = LLVMGetParam(f, np - 2);
+	k->statusp = LLVMGetParam(f, np - 1);
+	int64_t di = 0;
+	memset(k->in, 0, sizeof k->in);
+	for (uint32_t i = 0; i < n->nopnds; i++) {
+		fj_cg_operand *o = &k->in[i];
+		if (n->opnds[i] == FJ_NOVAL) {
+			o->none = true;
+			o->t.dtype = FJ_DT_F32;
+			continue;
+		}
+		const fj_value *v = fj_val(k->a->g, n->opnds[i]);
+		if (v->kind == FJ_VK_LITERAL) {
+			o->literal = true;
+			o->lit = v->lit;
+			o->t.dtype = v->type.dtype;
+			continue;
+		}
+		make_view(k, &o->t, LLVMGetParam(f, i), v->type.dtype, v->type.rank, dims, &di);
+	}
+	for (uint32_t j = 0; j < n->nres; j++) {
+		const fj_value *v = fj_val(k->a->g, n->res[j]);
+		make_view(k, &k->out[j], LLVMGetParam(f, n->nopnds + j), v->type.dtype, v->type.rank, dims, &di);
+	}
+	k->nin = n->nopnds;
+	k->nout = n->nres;
+	k->status = fj_cg_var(cg, cg->t_i32, fj_cg_i32(cg, FJ_KERR_OK), "status");
+	k->tid = zx64(k, cg->target->thread_idx(cg, 0));
+	k->ntid = zx64(k, cg->target->block_dim(cg, 0));
+	k->ctaid = zx64(k, cg->target->block_idx(cg, 0));
+	k->nctaid = zx64(k, cg->target->grid_dim(cg, 0));
+	fj_status st = fj_rg_begin(&k->r, cg, k->a, k->in, k->nin, k->out, k->nout, k->status);
+	/* The evaluator reads possibly-empty operands through a local dummy
+	 * (a select between an alloca and the pointer), which would turn every
+	 * load into a generic one (no ld.global.nc, no vectors). Device buffers
+	 * are never smaller than 256 bytes (fj_cu_alloc), so reading offset 0
+	 * of an empty operand is safe here: use the operand pointers. */
+	for (uint32_t i = 0; st == FJ_OK && i < k->nin; i++)
+		if (k->r.inptr[i])
+			k->r.inptr[i] = k->in[i].t.ptr;
+	return st;
+}
+
+static fj_status entry_end(gk *k)
+{
+	fj_cg *cg = k->cg;
+	fj_status st = k->r.st;
+	fj_rg_end(&k->r);
+	if (st == FJ_OK)
+		st = cg->st;
+	if (st != FJ_OK) {
+		LLVMDeleteFunction(k->fn);
+		cg->fn = NULL;
+		return st;
+	}
+	V s = fj_cg_get(cg, k->status, cg->t_i32);
+	fj_cg_if c;
+	fj_cg_if_begin(cg, &c, LLVMBuildICmp(B, LLVMIntNE, s, fj_cg_i32(cg, 0), ""));
+	LLVMBuildAtomicRMW(B, LLVMAtomicRMWBinOpOr, k->statusp, s, LLVMAtomicOrderingMonotonic, 0);
+	fj_cg_if_end(cg, &c);
+	LLVMBuildRetVoid(B);
+	return FJ_OK;
+}
+
+/* A grid-stride loop: for (i = start; i < hi; i += step). */
+typedef struct gloop {
+	LLVMBasicBlockRef head, body, exit;
+	V phi, iv, step;
+	LLVMBasicBlockRef pre;
+} gloop;
+
+static void gloop_begin(gk *k, gloop *l, V start, V hi, V step, const char *name)
+{
+	fj_cg *cg = k->cg;
+	l->pre = LLVMGetInsertBlock(B);
+	l->head = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, name);
+	l->body = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "body");
+	l->exit = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "exit");
+	l->step = step;
+	LLVMBuildBr(B, l->head);
+	LLVMPositionBuilderAtEnd(B, l->head);
+	l->phi = LLVMBuildPhi(B, cg->t_i64, "i");
+	LLVMAddIncoming(l->phi, &start, &l->pre, 1);
+	LLVMBuildCondBr(B, slt(k, l->phi, hi), l->body, l->exit);
+	LLVMPositionBuilderAtEnd(B, l->body);
+	l->iv = l->phi;
+	fj_rg_scope_push(&k->r);
+}
+
+static void gloop_end(gk *k, gloop *l)
+{
+	fj_rg_scope_pop(&k->r);
+	V next = LLVMBuildNSWAdd(B, l->phi, l->step, "");
+	LLVMBasicBlockRef cur = LLVMGetInsertBlock(B);
+	LLVMBuildBr(B, l->head);
+	LLVMAddIncoming(l->phi, &next, &cur, 1);
+	LLVMPositionBuilderAtEnd(B, l->exit);
+}
+
+static void if_begin(gk *k, fj_cg_if *c, V cond)
+{
+	fj_cg_if_begin(k->cg, c, cond);
+	fj_rg_scope_push(&k->r);
+}
+
+static void if_end(gk *k, fj_cg_if *c)
+{
+	fj_rg_scope_pop(&k->r);
+	fj_cg_if_end(k->cg, c);
+}
+
+/* ---- helpers on shapes ---- */
+
+/* Row-major linear index of idx over v's sizes. */
+static V lin_of(gk *k, fj_vid v, const V *idx, int rank)
+{
+	V l = i64c(k, 0);
+	for (int d = 0; d < rank; d++)
+		l = add(k, mul(k, l, fj_rg_dim(&k->r, v, d)), idx[d]);
+	return l;
+}
+
+static void unravel(gk *k, fj_vid v, const int *which, int n, V lin, V *idx)
+{
+	V dims[FJ_MAX_RANK];
+	for (int i = 0; i < n; i++)
+		dims[i] = fj_rg_dim(&k->r, v, which[i]);
+	fj_cg_unravel(k->cg, lin, dims, n, idx);
+}
+
+/* Stores every result at linear position `lin` of its own shape. */
+static void store_all_lin(gk *k, V lin)
+{
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = k->body->results[j];
+		fj_rg_point p;
+		fj_rg_point_lin(&p, k->body->values[v].type.rank, lin);
+		fj_rg_store(&k->r, &k->out[j], lin, v, &p);
+	}
+}
+
+static V result_numel(gk *k) { return fj_rg_numel(&k->r, k->body->results[0]); }
+
+/* ---- pointwise ---- */
+
+static fj_status emit_pointwise(gk *k, bool vec)
+{
+	fj_status st = entry_begin(k, vec ? "" : "_s1", 256, vec ? 16 : 0);
+	if (st != FJ_OK)
+		return st;
+	V numel = k->nout ? result_numel(k) : i64c(k, 0);
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	V gstride = mul(k, k->nctaid, k->ntid);
+	V tail0 = i64c(k, 0);
+	if (vec) {
+		V nchunks = LLVMBuildUDiv(B, numel, i64c(k, 4), "");
+		gloop l;
+		gloop_begin(k, &l, gtid, nchunks, gstride, "vchunk");
+		V base = mul(k, l.iv, i64c(k, 4));
+		for (int lane = 0; lane < 4; lane++)
+			store_all_lin(k, add(k, base, i64c(k, lane)));
+		gloop_end(k, &l);
+		tail0 = mul(k, nchunks, i64c(k, 4));
+	}
+	gloop l;
+	gloop_begin(k, &l, add(k, tail0, gtid), numel, gstride, "elem");
+	store_all_lin(k, l.iv);
+	gloop_end(k, &l);
+	return entry_end(k);
+}
+
+/* ---- transpose: 32x32 tiles through shared memory ---- */
+
+/* Whether a transpose region gets the tiled kernel: outputs of rank >= 2
+ * (the tile spans result 0's last two dims), at most 4 of them. */
+static bool tileable(const fj_graph *body)
+{
+	return body->nresults >= 1 && body->nresults <= 4 && body->values[body->results[0]].type.rank >= 2;
+}
+
+/* Thread (tx, ty) evaluates the outputs at (m0 + tx, n0 + ty + 8k) -- when
+ * the transpose swaps the last two dims, adjacent threads read adjacent
+ * input elements -- into a tile padded to 33 columns (no bank conflicts),
+ * then writes (m0 + ty + 8k, n0 + tx): adjacent threads write adjacent
+ * output elements. */
+static fj_status emit_transpose(gk *k)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	fj_status st = entry_begin(k, "", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	fj_vid v0 = body->results[0];
+	int rank = body->values[v0].type.rank;
+	V M = fj_rg_dim(&k->r, v0, rank - 2), N = fj_rg_dim(&k->r, v0, rank - 1);
+	V batch = i64c(k, 1);
+	int bdims[FJ_MAX_RANK];
+	for (int d = 0; d < rank - 2; d++) {
+		bdims[d] = d;
+		batch = mul(k, batch, fj_rg_dim(&k->r, v0, d));
+	}
+	V tile[4];
+	LLVMTypeRef tty[4];
+	for (uint32_t j = 0; j < k->nout; j++) {
+		tty[j] = fj_cg_compute_type(cg, body->values[body->results[j]].type.dtype);
+		if (tty[j] == cg->t_i1)
+			tty[j] = cg->t_i8;
+		char nm[32];
+		snprintf(nm, sizeof nm, "tile%u", j);
+		tile[j] = cg->target->shared_array(cg, tty[j], 32 * 33, nm);
+	}
+	V tx = LLVMBuildAnd(B, k->tid, i64c(k, 31), "tx");
+	V ty = LLVMBuildLShr(B, k->tid, i64c(k, 5), "ty");
+	V tm = LLVMBuildUDiv(B, add(k, M, i64c(k, 31)), i64c(k, 32), "");
+	V tn = LLVMBuildUDiv(B, add(k, N, i64c(k, 31)), i64c(k, 32), "");
+	V per = mul(k, tm, tn);
+	gloop tl;
+	gloop_begin(k, &tl, k->ctaid, mul(k, batch, per), k->nctaid, "tile");
+	V b = LLVMBuildUDiv(B, tl.iv, per, "");
+	V rem = LLVMBuildURem(B, tl.iv, per, "");
+	V m0 = mul(k, LLVMBuildUDiv(B, rem, tn, ""), i64c(k, 32));
+	V n0 = mul(k, LLVMBuildURem(B, rem, tn, ""), i64c(k, 32));
+	V idx[FJ_MAX_RANK];
+	unravel(k, v0, bdims, rank - 2, b, idx);
+	V base = mul(k, b, mul(k, M, N));
+	for (int pass = 0; pass < 2; pass++) {
+		for (int q = 0; q < 4; q++) {
+			V r8 = add(k, ty, i64c(k, 8 * q));
+			V m = add(k, m0, pass == 0 ? tx : r8), n = add(k, n0, pass == 0 ? r8 : tx);
+			V ok = LLVMBuildAnd(B, ult(k, m, M), ult(k, n, N), "");
+			V slot = pass == 0 ? add(k, mul(k, tx, i64c(k, 33)), r8) : add(k, mul(k, r8, i64c(k, 33)), tx);
+			fj_rg_scope_push(&k->r);
+			if (pass == 0) {
+				idx[rank - 2] = sel(k, ok, m, i64c(k, 0));
+				idx[rank - 1] = sel(k, ok, n, i64c(k, 0));
+				V lin = add(k, base, add(k, mul(k, idx[rank - 2], N), idx[rank - 1]));
+				for (uint32_t j = 0; j < k->nout; j++) {
+					fj_vid v = body->results[j];
+					fj_rg_point p;
+					if (fj_type_equal(&body->values[v].type, &body->values[v0].type) ||
+					    (body->values[v].type.rank == rank &&
+					     memcmp(body->values[v].type.dims, body->values[v0].type.dims, rank * sizeof(fj_dim)) == 0))
+						fj_rg_point_idx(&p, rank, idx);
+					else
+						fj_rg_point_lin(&p, body->values[v].type.rank, lin);
+					V x = fj_rg_eval(&k->r, v, &p);
+					if (LLVMTypeOf(x) == cg->t_i1)
+						x = LLVMBuildZExt(B, x, cg->t_i8, "");
+					LLVMBuildStore(B, x, LLVMBuildInBoundsGEP2(B, tty[j], tile[j], &slot, 1, ""));
+				}
+			} else {
+				fj_cg_if c;
+				if_begin(k, &c, ok);
+				V lin = add(k, base, add(k, mul(k, m, N), n));
+				for (uint32_t j = 0; j < k->nout; j++) {
+					fj_dtype vdt = body->values[body->results[j]].type.dtype;
+					V x = LLVMBuildLoad2(B, tty[j], LLVMBuildInBoundsGEP2(B, tty[j], tile[j], &slot, 1, ""), "");
+					if (vdt == FJ_DT_BOOL)
+						x = LLVMBuildTrunc(B, x, cg->t_i1, "");
+					fj_cg_store(cg, &k->out[j], lin, fj_cg_convert(cg, x, vdt, k->out[j].dtype));
+				}
+				if_end(k, &c);
+			}
+			fj_rg_scope_pop(&k->r);
+		}
+		cg->target->barrier(cg);
+	}
+	gloop_end(k, &tl);
+	return entry_end(k);
+}
+
+/* ---- reductions ---- */
+
+typedef struct redctx {
+	fj_vid dv;       /* a body value of shape D (the first reduction's operand) */
+	int drank;
+	int rdims[FJ_MAX_RANK], nr;
+	int kdims[FJ_MAX_RANK], nk;
+	V rows, len;     /* i64 */
+	fj_rg_acc acc[FJ_RG_MAX_REDS];
+	bool ordered;    /* an argmax/argmin: contiguous chunks per thread */
+	int8_t space[MAXIO]; /* per result: 'D' or 'R' */
+} redctx;
+
+static bool same_count(fj_module *m, const fj_type *t, const fj_dim *dims, int n)
+{
+	fj_dim a, b;
+	if (!fj_dim_product(m, t->dims, t->rank, &a) || !fj_dim_product(m, dims, n, &b))
+		return false;
+	return a == b;
+}
+
+static fj_status red_setup(gk *k, redctx *rc)
+{
+	const fj_rg_analysis *a = k->a;
+	const fj_graph *body = k->body;
+	const fj_node *r0 = &body->nodes[a->reds[0]];
+	rc->dv = r0->opnds[0];
+	const fj_type *dt = &body->values[rc->dv].type;
+	rc->drank = dt->rank;
+	rc->nr = rc->nk = 0;
+	for (int d = 0; d < dt->rank; d++) {
+		if (a->kmask & (1u << d))
+			rc->kdims[rc->nk++] = d;
+		else
+			rc->rdims[rc->nr++] = d;
+	}
+	fj_module *m = a->g->module;
+	fj_dim rd[FJ_MAX_RANK];
+	for (int i = 0; i < rc->nr; i++)
+		rd[i] = dt->dims[rc->rdims[i]];
+	for (uint32_t j = 0; j < body->nresults && j < MAXIO; j++) {
+		fj_vid v = body->results[j];
+		const fj_rg_value *rv = &a->vals[v];
+		const fj_type *t = &body->values[v].type;
+		if (rv->in_r || same_count(m, t, rd, rc->nr))
+			rc->space[j] = 'R';
+		else if (rv->in_d || same_count(m, t, dt->dims, dt->rank))
+			rc->space[j] = 'D';
+		else
+			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, k->n->loc,
+			                       "fusion.kernel: result %u has neither the element count of the reduced "
+			                       "domain nor of its rows",
+			                       j);
+	}
+	rc->ordered = false;
+	for (int i = 0; i < a->nreds; i++) {
+		fj_op op = body->nodes[a->reds[i]].op;
+		rc->ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
+	}
+	return FJ_OK;
+}
+
+static void red_sizes(gk *k, redctx *rc)
+{
+	rc->rows = i64c(k, 1);
+	rc->len = i64c(k, 1);
+	for (int i = 0; i < rc->nr; i++)
+		rc->rows = mul(k, rc->rows, fj_rg_dim(&k->r, rc->dv, rc->rdims[i]));
+	for (int i = 0; i < rc->nk; i++)
+		rc->len = mul(k, rc->len, fj_rg_dim(&k->r, rc->dv, rc->kdims[i]));
+}
+
+/* The D point of (row indices ridx, position j in the row). */
+static void d_point(gk *k, redctx *rc, const V *ridx, V j, V *didx)
+{
+	V kidx[FJ_MAX_RANK];
+	unravel(k, rc->dv, rc->kdims, rc->nk, j, kidx);
+	for (int i = 0; i < rc->nr; i++)
+		didx[rc->rdims[i]] = ridx[i];
+	for (int i = 0; i < rc->nk; i++)
+		didx[rc->kdims[i]] = kidx[i];
+}
+
+static void step_phase(gk *k, redctx *rc, int ph, const V *ridx, V j)
+{
+	V didx[FJ_MAX_RANK];
+	d_point(k, rc, ridx, j, didx);
+	fj_rg_point p;
+	fj_rg_point_idx(&p, rc->drank, didx);
+	for (int i = 0; i < k->a->nreds; i++) {
+		if (k->a->red_phase[i] != ph)
+			continue;
+		const fj_node *rn = &k->body->nodes[k->a->reds[i]];
+		fj_rg_point q = p;
+		V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
+		fj_rg_acc_step(&k->r, &rc->acc[i], x, j);
+	}
+}
+
+/* Writes the row's outputs: D-space ones at positions [j0, len) step js. */
+static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_first)
+{
+	bool anyd = false, anyr = false;
+	for (uint32_t j = 0; j < k->nout; j++) {
+		anyd |= rc->space[j] == 'D';
+		anyr |= rc->space[j] == 'R';
+	}
+	if (anyd) {
+		gloop l;
+		gloop_begin(k, &l, j0, rc->len, js, "out");
+		V didx[FJ_MAX_RANK];
+		d_point(k, rc, ridx, l.iv, didx);
+		V dlin = lin_of(k, rc->dv, didx, rc->drank);
+		for (uint32_t j = 0; j < k->nout; j++) {
+			if (rc->space[j] != 'D')
+				continue;
+			fj_vid v = k->body->results[j];
+			fj_rg_point p;
+			if (k->a->vals[v].in_d)
+				fj_rg_point_idx(&p, rc->drank, didx);
+			else
+				fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin);
+			fj_rg_store(&k->r, &k->out[j], dlin, v, &p);
+		}
+		gloop_end(k, &l);
+	}
+	if (anyr) {
+		fj_cg_if c;
+		if_begin(k, &c, is_first);
+		for (uint32_t j = 0; j < k->nout; j++) {
+			if (rc->space[j] != 'R')
+				continue;
+			fj_vid v = k->body->results[j];
+			fj_rg_point p;
+			if (k->a->vals[v].in_r)
+				fj_rg_point_idx(&p, rc->nr, ridx);
+			else
+				fj_rg_point_lin(&p, k->body->values[v].type.rank, row);
+			fj_rg_store(&k->r, &k->out[j], row, v, &p);
+		}
+		if_end(k, &c);
+	}
+}
+
+/* A thread per row. */
+static fj_status emit_tpr(gk *k)
+{
+	redctx rc;
+	fj_status st = red_setup(k, &rc);
+	if (st == FJ_OK)
+		st = entry_begin(k, "_tpr", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	red_sizes(k, &rc);
+	for (int i = 0; i < k->a->nreds; i++)
+		fj_rg_acc_init(&k->r, k->a->reds[i], &rc.acc[i]);
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	gloop rl;
+	gloop_begin(k, &rl, gtid, rc.rows, mul(k, k->nctaid, k->ntid), "row");
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	for (int ph = 0; ph < k->a->nphases; ph++) {
+		for (int i = 0; i < k->a->nreds; i++)
+			if (k->a->red_phase[i] == ph)
+				fj_rg_acc_reset(&k->r, &rc.acc[i]);
+		gloop jl;
+		gloop_begin(k, &jl, i64c(k, 0), rc.len, i64c(k, 1), "pos");
+		step_phase(k, &rc, ph, ridx, jl.iv);
+		gloop_end(k, &jl);
+		for (int i = 0; i < k->a->nreds; i++)
+			if (k->a->red_phase[i] == ph)
+				fj_rg_acc_finish(&k->r, &rc.acc[i], rc.len);
+	}
+	write_row(k, &rc, ridx, rl.iv, i64c(k, 0), i64c(k, 1), LLVMConstInt(k->cg->t_i1, 1, 0));
+	gloop_end(k, &rl);
+	return entry_end(k);
+}
+
+static void warp_reduce(gk *k, fj_rg_acc *acc)
+{
+	for (int m = 1; m < 32; m *= 2) {
+		V vals[3], other[3];
+		fj_rg_acc_load(&k->r, acc, vals);
+		for (int s = 0; s < acc->n; s++)
+			other[s] = k->cg->target->shuffle_xor(k->cg, vals[s], m);
+		fj_rg_acc_merge(&k->r, acc, other);
+	}
+}
+
+/* The block-wide state of a block-per-row kernel. */
+typedef struct blockctx {
+	V sh[FJ_RG_MAX_REDS][3];
+	V lane, warp, nwarps, lane0, warp0, tid0;
+} blockctx;
+
+static void block_setup(gk *k, redctx *rc, blockctx *bc)
+{
+	fj_cg *cg = k->cg;
+	for (int i = 0; i < k->a->nreds; i++) {
+		fj_rg_acc_init(&k->r, k->a->reds[i], &rc->acc[i]);
+		for (int s = 0; s < rc->acc[i].n; s++) {
+			char nm[48];
+			snprintf(nm, sizeof nm, "sh%u", k->nshared++);
+			bc->sh[i][s] = cg->target->shared_array(cg, rc->acc[i].ty[s], 32, nm);
+		}
+	}
+	bc->lane = LLVMBuildAnd(B, k->tid, i64c(k, 31), "lane");
+	bc->warp = LLVMBuildLShr(B, k->tid, i64c(k, 5), "warp");
+	bc->nwarps = LLVMBuildLShr(B, add(k, k->ntid, i64c(k, 31)), i64c(k, 5), "");
+	bc->lane0 = LLVMBuildICmp(B, LLVMIntEQ, bc->lane, i64c(k, 0), "");
+	bc->warp0 = LLVMBuildICmp(B, LLVMIntEQ, bc->warp, i64c(k, 0), "");
+	bc->tid0 = LLVMBuildICmp(B, LLVMIntEQ, k->tid, i64c(k, 0), "");
+}
+
+/* Combines reduction i's per-thread states over the block (warp shuffles,
+ * then shared memory across warps), gives every thread the result and
+ * finishes it (binds the reduction's values). */
+static void block_combine(gk *k, redctx *rc, blockctx *bc, int i)
+{
+	fj_cg *cg = k->cg;
+	fj_rg_acc *acc = &rc->acc[i];
+	V vals[3];
+	warp_reduce(k, acc);
+	fj_cg_if c1;
+	if_begin(k, &c1, bc->lane0);
+	fj_rg_acc_load(&k->r, acc, vals);
+	for (int s = 0; s < acc->n; s++) {
+		V p = LLVMBuildInBoundsGEP2(B, acc->ty[s], bc->sh[i][s], &bc->warp, 1, "");
+		LLVMBuildStore(B, vals[s], p);
+	}
+	if_end(k, &c1);
+	cg->target->barrier(cg);
+	fj_cg_if c2;
+	if_begin(k, &c2, bc->warp0);
+	fj_rg_acc_reset(&k->r, acc);
+	fj_cg_if c3;
+	if_begin(k, &c3, ult(k, bc->lane, bc->nwarps));
+	for (int s = 0; s < acc->n; s++) {
+		V p = LLVMBuildInBoundsGEP2(B, acc->ty[s], bc->sh[i][s], &bc->lane, 1, "");
+		fj_cg_set(cg, acc->var[s], LLVMBuildLoad2(B, acc->ty[s], p, ""));
+	}
+	if_end(k, &c3);
+	warp_reduce(k, acc);
+	fj_cg_if c4;
+	if_begin(k, &c4, bc->lane0);
+	fj_rg_acc_load(&k->r, acc, vals);
+	for (int s = 0; s < acc->n; s++)
+		LLVMBuildStore(B, vals[s], bc->sh[i][s]);
+	if_end(k, &c4);
+	if_end(k, &c2);
+	cg->target->barrier(cg);
+	for (int s = 0; s < acc->n; s++)
+		fj_cg_set(cg, acc->var[s], LLVMBuildLoad2(B, acc->ty[s], bc->sh[i][s], ""));
+	cg->target->barrier(cg);
+	fj_rg_acc_finish(&k->r, acc, rc->len);
+}
+
+/* A block per row. */
+static fj_status emit_bpr(gk *k)
+{
+	redctx rc;
+	fj_status st = red_setup(k, &rc);
+	if (st == FJ_OK)
+		st = entry_begin(k, "", BLOCK_MAX, 0);
+	if (st != FJ_OK)
+		return st;
+	red_sizes(k, &rc);
+	const fj_rg_analysis *a = k->a;
+	blockctx bc;
+	block_setup(k, &rc, &bc);
+	gloop rl;
+	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	/* positions of this thread: strided, or a contiguous chunk */
+	V j0 = k->tid, jend = rc.len, js = k->ntid;
+	if (rc.ordered) {
+		V ch = LLVMBuildUDiv(B, add(k, rc.len, LLVMBuildSub(B, k->ntid, i64c(k, 1), "")), k->ntid, "");
+		j0 = mul(k, k->tid, ch);
+		jend = add(k, j0, ch);
+		jend = sel(k, slt(k, jend, rc.len), jend, rc.len);
+		js = i64c(k, 1);
+	}
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				fj_rg_acc_reset(&k->r, &rc.acc[i]);
+		gloop jl;
+		gloop_begin(k, &jl, j0, jend, js, "pos");
+		step_phase(k, &rc, ph, ridx, jl.iv);
+		gloop_end(k, &jl);
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				block_combine(k, &rc, &bc, i);
+	}
+	write_row(k, &rc, ridx, rl.iv, k->tid, k->ntid, bc.tid0);
+	gloop_end(k, &rl);
+	return entry_end(k);
+}
+
+/* A block per row with the row in registers: thread t owns positions
+ * t + e*ntid (e < REG_E); every body value at those points is evaluated once
+ * per row and kept (the evaluator's memo lives in the row's scope), so each
+ * phase and the outputs reuse one read of the inputs. The plan uses it for
+ * rows up to REG_E * REG_BLOCK elements (positions past REG_E * ntid are
+ * still handled, by re-reading); not for argmax/argmin (positions interleave). */
+#define REG_E 8
+#define REG_BLOCK 512 /* maxntid 512: up to 128 registers, no spills */
+static fj_status emit_reg(gk *k)
+{
+	fj_cg *cg = k->cg;
+	redctx rc;
+	fj_status st = red_setup(k, &rc);
+	if (st == FJ_OK)
+		st = entry_begin(k, "_reg8", REG_BLOCK, 0);
+	if (st != FJ_OK)
+		return st;
+	red_sizes(k, &rc);
+	const fj_rg_analysis *a = k->a;
+	blockctx bc;
+	block_setup(k, &rc, &bc);
+	gloop rl;
+	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	V jpos[REG_E], valid[REG_E];
+	fj_rg_point pts[REG_E];
+	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
+	for (int e = 0; e < REG_E; e++) {
+		V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
+		valid[e] = slt(k, j, rc.len);
+		jpos[e] = sel(k, valid[e], j, i64c(k, 0));
+		d_point(k, &rc, ridx, jpos[e], didx[e]);
+		fj_rg_point_idx(&pts[e], rc.drank, didx[e]);
+		dlin[e] = lin_of(k, rc.dv, didx[e], rc.drank);
+	}
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++) {
+			if (a->red_phase[i] != ph)
+				continue;
+			fj_rg_acc_reset(&k->r, &rc.acc[i]);
+			const fj_node *rn = &k->body->nodes[a->reds[i]];
+			for (int e = 0; e < REG_E; e++) {
+				V x = fj_rg_eval(&k->r, rn->opnds[0], &pts[e]);
+				fj_cg_if c;
+				if_begin(k, &c, valid[e]);
+				fj_rg_acc_step(&k->r, &rc.acc[i], x, jpos[e]);
+				if_end(k, &c);
+			}
+		}
+		/* positions past REG_E * ntid (a block smaller than the plan's) */
+		gloop tl;
+		gloop_begin(k, &tl, add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))), rc.len, k->ntid, "tail");
+		step_phase(k, &rc, ph, ridx, tl.iv);
+		gloop_end(k, &tl);
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				block_combine(k, &rc, &bc, i);
+	}
+	/* outputs: the row's elements from the kept values, then per-row ones */
+	for (int e = 0; e < REG_E; e++) {
+		V vals[MAXIO];
+		for (uint32_t j = 0; j < k->nout; j++) {
+			if (rc.space[j] != 'D')
+				continue;
+			fj_vid v = k->body->results[j];
+			fj_rg_point p;
+			if (k->a->vals[v].in_d)
+				p = pts[e];
+			else
+				fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin[e]);
+			vals[j] = fj_cg_convert(cg, fj_rg_eval(&k->r, v, &p), k->body->values[v].type.dtype, k->out[j].dtype);
+		}
+		fj_cg_if c;
+		if_begin(k, &c, valid[e]);
+		for (uint32_t j = 0; j < k->nout; j++)
+			if (rc.space[j] == 'D')
+				fj_cg_store(cg, &k->out[j], dlin[e], vals[j]);
+		if_end(k, &c);
+	}
+	/* per-row outputs, and row elements past REG_E * ntid */
+	write_row(k, &rc, ridx, rl.iv, add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))), k->ntid, bc.tid0);
+	gloop_end(k, &rl);
+	return entry_end(k);
+}
+
+/* Outer reductions: a block holds 32 rows (lanes: adjacent rows, which are
+ * adjacent in memory when the reduced dims are outer) and Y = ntid/32 groups
+ * that split each row's positions (j = group + k*Y); the groups' states are
+ * merged through shared memory by group 0, in group order, then shared with
+ * the block for the row's outputs. Not for argmax/argmin (interleaved).
+ * At most 256 threads: one shared slot per thread and state value. */
+#define COL_BLOCK 256
+static fj_status emit_col(gk *k)
+{
+	fj_cg *cg = k->cg;
+	redctx rc;
+	fj_status st = red_setup(k, &rc);
+	if (st == FJ_OK)
+		st = entry_begin(k, "_col", COL_BLOCK, 0);
+	if (st != FJ_OK)
+		return st;
+	red_sizes(k, &rc);
+	const fj_rg_analysis *a = k->a;
+	V sh[FJ_RG_MAX_REDS][3];
+	for (int i = 0; i < a->nreds; i++) {
+		fj_rg_acc_init(&k->r, a->reds[i], &rc.acc[i]);
+		for (int s = 0; s < rc.acc[i].n; s++) {
+			char nm[48];
+			snprintf(nm, sizeof nm, "col%u", k->nshared++);
+			sh[i][s] = cg->target->shared_array(cg, rc.acc[i].ty[s], COL_BLOCK, nm);
+		}
+	}
+	V tx = LLVMBuildAnd(B, k->tid, i64c(k, 31), "tx");
+	V ty = LLVMBuildLShr(B, k->tid, i64c(k, 5), "ty");
+	V ny = LLVMBuildLShr(B, k->ntid, i64c(k, 5), "ny");
+	V ty0 = LLVMBuildICmp(B, LLVMIntEQ, ty, i64c(k, 0), "");
+	V tiles = LLVMBuildUDiv(B, add(k, rc.rows, i64c(k, 31)), i64c(k, 32), "");
+	gloop tl;
+	gloop_begin(k, &tl, k->ctaid, tiles, k->nctaid, "tile");
+	V row = add(k, mul(k, tl.iv, i64c(k, 32)), tx);
+	V ok = ult(k, row, rc.rows);
+	V rowc = sel(k, ok, row, i64c(k, 0));
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rowc, ridx);
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				fj_rg_acc_reset(&k->r, &rc.acc[i]);
+		fj_cg_if c0;
+		if_begin(k, &c0, ok);
+		gloop jl;
+		gloop_begin(k, &jl, ty, rc.len, ny, "pos");
+		step_phase(k, &rc, ph, ridx, jl.iv);
+		gloop_end(k, &jl);
+		if_end(k, &c0);
+		for (int i = 0; i < a->nreds; i++) {
+			if (a->red_phase[i] != ph)
+				continue;
+			fj_rg_acc *acc = &rc.acc[i];
+			V vals[3];
+			fj_rg_acc_load(&k->r, acc, vals);
+			for (int s = 0; s < acc->n; s++)
+				LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &k->tid, 1, ""));
+			cg->target->barrier(cg);
+			fj_cg_if c1;
+			if_begin(k, &c1, ty0);
+			gloop ml;
+			gloop_begin(k, &ml, i64c(k, 1), ny, i64c(k, 1), "merge");
+			V at = add(k, mul(k, ml.iv, i64c(k, 32)), tx);
+			V other[3];
+			for (int s = 0; s < acc->n; s++)
+				other[s] = LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &at, 1, ""), "");
+			fj_rg_acc_merge(&k->r, acc, other);
+			gloop_end(k, &ml);
+			fj_rg_acc_load(&k->r, acc, vals);
+			for (int s = 0; s < acc->n; s++)
+				LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &tx, 1, ""));
+			if_end(k, &c1);
+			cg->target->barrier(cg);
+			for (int s = 0; s < acc->n; s++)
+				fj_cg_set(cg, acc->var[s],
+				          LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &tx, 1, ""), ""));
+			cg->target->barrier(cg);
+			fj_rg_acc_finish(&k->r, acc, rc.len);
+		}
+	}
+	fj_cg_if c2;
+	if_begin(k, &c2, ok);
+	write_row(k, &rc, ridx, row, ty, ny, ty0);
+	if_end(k, &c2);
+	gloop_end(k, &tl);
+	return entry_end(k);
+}
+
+/* ---- matmul: 16x16 shared-memory tiles ---- */
+
+static fj_status emit_matmul(gk *k)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	const fj_node *mm = &body->nodes[k->a->opaque];
+	fj_vid av = mm->opnds[0], bv = mm->opnds[1], ov = mm->res[0];
+	int ra = body->values[av].type.rank, rb = body->values[bv].type.rank, ro = body->values[ov].type.rank;
+	if (ra < 2 || rb < 2 || ro < 2 || ro > 3)
+		return fj_error_status(k->a->ctx, FJ_ERR_UNSUPPORTED, mm->loc, "prims.matmul: unsupported ranks");
+	fj_dtype odt = body->values[ov].type.dtype;
+	fj_dtype acc_dt = fj_dtype_is_float(odt) ? FJ_DT_F64 : FJ_DT_I64;
+	fj_dtype tdt = fj_dtype_is_float(odt) ? (odt == FJ_DT_F64 ? FJ_DT_F64 : FJ_DT_F32) : FJ_DT_I64;
+	fj_status st = entry_begin(k, "", TILE * TILE, 0);
+	if (st != FJ_OK)
+		return st;
+	LLVMTypeRef tty = fj_cg_compute_type(cg, tdt), aty = fj_cg_compute_type(cg, acc_dt);
+	V sa = cg->target->shared_array(cg, tty, TILE * TILE, "mm_a");
+	V sb = cg->target->shared_array(cg, tty, TILE * TILE, "mm_b");
+	V M = fj_rg_dim(&k->r, ov, ro - 2), N = fj_rg_dim(&k->r, ov, ro - 1);
+	V K = fj_rg_dim(&k->r, av, ra - 1);
+	V batch = ro == 3 ? fj_rg_dim(&k->r, ov, 0) : i64c(k, 1);
+	V tx = LLVMBuildURem(B, k->tid, i64c(k, TILE), "tx");
+	V ty = LLVMBuildUDiv(B, k->tid, i64c(k, TILE), "ty");
+	V tilesm = LLVMBuildUDiv(B, add(k, M, i64c(k, TILE - 1)), i64c(k, TILE), "");
+	V tilesn = LLVMBuildUDiv(B, add(k, N, i64c(k, TILE - 1)), i64c(k, TILE), "");
+	V ntiles = mul(k, mul(k, tilesm, tilesn), batch);
+	V zero_t = fj_cg_const(cg, tdt, 0, 0);
+	V accv = fj_cg_var(cg, aty, fj_cg_const(cg, acc_dt, 0, 0), "acc");
+	gloop tl;
+	gloop_begin(k, &tl, k->ctaid, ntiles, k->nctaid, "tile");
+	V bi = LLVMBuildUDiv(B, tl.iv, mul(k, tilesm, tilesn), "");
+	V rem = LLVMBuildURem(B, tl.iv, mul(k, tilesm, tilesn), "");
+	V i = add(k, mul(k, LLVMBuildUDiv(B, rem, tilesn, ""), i64c(k, TILE)), ty);
+	V jj = add(k, mul(k, LLVMBuildURem(B, rem, tilesn, ""), i64c(k, TILE)), tx);
+	fj_cg_set(cg, accv, fj_cg_const(cg, acc_dt, 0, 0));
+	gloop kl;
+	gloop_begin(k, &kl, i64c(k, 0), K, i64c(k, TILE), "k");
+	/* A[b, i, k0 + tx] -> sa[ty][tx]; B[b, k0 + ty, j] -> sb[ty][tx] */
+	V ka = add(k, kl.iv, tx), kb = add(k, kl.iv, ty);
+	V oka = LLVMBuildAnd(B, ult(k, i, M), ult(k, ka, K), "");
+	V okb = LLVMBuildAnd(B, ult(k, jj, N), ult(k, kb, K), "");
+	V ic = sel(k, ult(k, i, M), i, i64c(k, 0)), kac = sel(k, ult(k, ka, K), ka, i64c(k, 0));
+	V jc = sel(k, ult(k, jj, N), jj, i64c(k, 0)), kbc = sel(k, ult(k, kb, K), kb, i64c(k, 0));
+	V pidx[3];
+	fj_rg_point p;
+	int q = 0;
+	if (ra == 3)
+		pidx[q++] = bi;
+	pidx[q++] = ic;
+	pidx[q++] = kac;
+	fj_rg_point_idx(&p, ra, pidx);
+	V xa = sel(k, oka, fj_rg_eval_as(&k->r, av, &p, tdt), zero_t);
+	q = 0;
+	if (rb == 3)
+		pidx[q++] = bi;
+	pidx[q++] = kbc;
+	pidx[q++] = jc;
+	fj_rg_point_idx(&p, rb, pidx);
+	V xb = sel(k, okb, fj_rg_eval_as(&k->r, bv, &p, tdt), zero_t);
+	LLVMBuildStore(B, xa, LLVMBuildInBoundsGEP2(B, tty, sa, &k->tid, 1, ""));
+	LLVMBuildStore(B, xb, LLVMBuildInBoundsGEP2(B, tty, sb, &k->tid, 1, ""));
+	cg->target->barrier(cg);
+	V acc = fj_cg_get(cg, accv, aty);
+	for (int kk = 0; kk < TILE; kk++) {
+		V ia = add(k, mul(k, ty, i64c(k, TILE)), i64c(k, kk));
+		V ib = add(k, i64c(k, kk * TILE), tx);
+		V va = LLVMBuildLoad2(B, tty, LLVMBuildInBoundsGEP2(B, tty, sa, &ia, 1, ""), "");
+		V vb = LLVMBuildLoad2(B, tty, LLVMBuildInBoundsGEP2(B, tty, sb, &ib, 1, ""), "");
+		va = fj_cg_convert(cg, va, tdt, acc_dt);
+		vb = fj_cg_convert(cg, vb, tdt, acc_dt);
+		if (fj_dtype_is_float(acc_dt)) {
+			V args[3] = {va, vb, acc};
+			LLVMTypeRef ps[3] = {aty, aty, aty};
+			LLVMTypeRef fty = LLVMFunctionType(aty, ps, 3, 0);
+			LLVMValueRef f = LLVMGetNamedFunction(cg->mod, "llvm.fma.f64");
+			if (!f)
+				f = LLVMAddFunction(cg->mod, "llvm.fma.f64", fty);
+			acc = LLVMBuildCall2(B, fty, f, args, 3, "");
+		} else {
+			acc = add(k, acc, mul(k, va, vb));
+		}
+	}
+	fj_cg_set(cg, accv, acc);
+	cg->target->barrier(cg);
+	gloop_end(k, &kl);
+	fj_cg_if c;
+	if_begin(k, &c, LLVMBuildAnd(B, ult(k, i, M), ult(k, jj, N), ""));
+	fj_rg_bind(&k->r, ov, fj_cg_convert(cg, fj_cg_get(cg, accv, aty), acc_dt, odt));
+	V oidx[3];
+	q = 0;
+	if (ro == 3)
+		oidx[q++] = bi;
+	oidx[q++] = i;
+	oidx[q++] = jj;
+	V olin = lin_of(k, ov, oidx, ro);
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = body->results[j];
+		fj_rg_point op;
+		if (body->values[v].type.rank == ro)
+			fj_rg_point_idx(&op, ro, oidx);
+		else
+			fj_rg_point_lin(&op, body->values[v].type.rank, olin);
+		fj_rg_store(&k->r, &k->out[j], olin, v, &op);
+	}
+	fj_rg_bind(&k->r, ov, NULL);
+	if_end(k, &c);
+	gloop_end(k, &tl);
+	return entry_end(k);
+}
+
+/* ---- take / gather: a thread per element of the opaque result ---- */
+
+static V index_value(gk *k, fj_vid iv, fj_rg_point *p, V size)
+{
+	V x = fj_rg_eval_as(&k->r, iv, p, FJ_DT_I64);
+	V bad = LLVMBuildOr(B, slt(k, x, i64c(k, 0)), LLVMBuildICmp(B, LLVMIntSGE, x, size, ""), "");
+	fj_rg_fail_if(&k->r, bad, FJ_KERR_INDEX);
+	return sel(k, bad, i64c(k, 0), x);
+}
+
+static fj_status emit_index(gk *k)
+{
+	const fj_graph *body = k->body;
+	const fj_node *on = &body->nodes[k->a->opaque];
+	fj_vid dv = on->opnds[0], iv = on->opnds[1], ov = on->res[0];
+	int dr = body->values[dv].type.rank, ir = body->values[iv].type.rank, orank = body->values[ov].type.rank;
+	int64_t dim = fj_attr_as_int(fj_node_attr(k->a->ctx, on, "dim"));
+	if (dim < 0)
+		dim += dr ? dr : 1;
+	fj_status st = entry_begin(k, "", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	V numel = fj_rg_numel(&k->r, ov);
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	gloop l;
+	gloop_begin(k, &l, gtid, numel, mul(k, k->nctaid, k->ntid), "elem");
+	int all[FJ_MAX_RANK];
+	for (int d = 0; d < FJ_MAX_RANK; d++)
+		all[d] = d;
+	V oidx[FJ_MAX_RANK], didx[FJ_MAX_RANK];
+	unravel(k, ov, all, orank, l.iv, oidx);
+	V size = dr ? fj_rg_dim(&k->r, dv, (int)dim) : i64c(k, 1);
+	fj_rg_point ip;
+	if (on->op == FJ_OP_PRIMS_TAKE) {
+		/* out[o[:dim], j..., o[dim+ir:]] = data[o[:dim], idx[j...], ...] */
+		fj_rg_point_idx(&ip, ir, oidx + dim);
+		V x = index_value(k, iv, &ip, size);
+		int q = 0;
+		for (int d = 0; d < dim; d++)
+			didx[q++] = oidx[d];
+		didx[q++] = x;
+		for (int d = (int)dim + ir; d < orank; d++)
+			didx[q++] = oidx[d];
+	} else {
+		fj_rg_point_idx(&ip, ir, oidx);
+		V x = index_value(k, iv, &ip, size);
+		for (int d = 0; d < dr; d++)
+			didx[d] = d == dim ? x : oidx[d];
+	}
+	fj_rg_point dp;
+	fj_rg_point_idx(&dp, dr, didx);
+	fj_rg_bind(&k->r, ov, fj_rg_eval(&k->r, dv, &dp));
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = body->results[j];
+		fj_rg_point op;
+		if (body->values[v].type.rank == orank)
+			fj_rg_point_idx(&op, orank, oidx);
+		else
+			fj_rg_point_lin(&op, body->values[v].type.rank, l.iv);
+		fj_rg_store(&k->r, &k->out[j], l.iv, v, &op);
+	}
+	fj_rg_bind(&k->r, ov, NULL);
+	gloop_end(k, &l);
+	return entry_end(k);
+}
+
+/* ---- scatter_add / index_add ---- */
+
+static bool atomic_ok(fj_dtype dt)
+{
+	return dt == FJ_DT_F32 || dt == FJ_DT_F64 || dt == FJ_DT_F16 || dt == FJ_DT_I32 || dt == FJ_DT_I64;
+}
+
+static fj_status emit_scatter(gk *k, bool add_phase)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	const fj_node *on = &body->nodes[k->a->opaque];
+	fj_vid selfv = on->opnds[0], iv = on->opnds[1], sv = on->opnds[2], ov = on->res[0];
+	if (body->nresults != 1 || body->results[0] != ov)
+		return fj_error_status(k->a->ctx, FJ_ERR_UNSUPPORTED, on->loc,
+		                       "%s: a scatter region must yield the scatter's result only", fj_op_name(on->op));
+	fj_status st = entry_begin(k, add_phase ? "_add" : "", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	int orank = body->values[ov].type.rank;
+	int all[FJ_MAX_RANK];
+	for (int d = 0; d < FJ_MAX_RANK; d++)
+		all[d] = d;
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	V gstride = mul(k, k->nctaid, k->ntid);
+	if (!add_phase) {
+		gloop l;
+		gloop_begin(k, &l, gtid, fj_rg_numel(&k->r, ov), gstride, "copy");
+		fj_rg_point p;
+		fj_rg_point_lin(&p, orank, l.iv);
+		fj_rg_store(&k->r, &k->out[0], l.iv, selfv, &p);
+		gloop_end(k, &l);
+		return entry_end(k);
+	}
+	fj_dtype odt = k->out[0].dtype;
+	bool atomic = atomic_ok(odt);
+	int64_t dim = fj_attr_as_int(fj_node_attr(k->a->ctx, on, "dim"));
+	if (dim < 0)
+		dim += orank ? orank : 1;
+	fj_vid space = sv; /* scatter_add: the index's shape (= src's leading part); index_add: src's */
+	if (on->op == FJ_OP_PRIMS_SCATTER_ADD)
+		space = iv;
+	int srank = body->values[space].type.rank;
+	V start = atomic ? gtid : i64c(k, 0), step = atomic ? gstride : i64c(k, 1);
+	fj_cg_if only;
+	if (!atomic)
+		if_begin(k, &only, LLVMBuildICmp(B, LLVMIntEQ, gtid, i64c(k, 0), ""));
+	gloop l;
+	gloop_begin(k, &l, start, fj_rg_numel(&k->r, space), step, "src");
+	V sidx[FJ_MAX_RANK], tidx[FJ_MAX_RANK];
+	unravel(k, space, all, srank, l.iv, sidx);
+	V size = orank ? fj_rg_dim(&k->r, ov, (int)dim) : i64c(k, 1);
+	fj_rg_point ip;
+	if (on->op == FJ_OP_PRIMS_SCATTER_ADD)
+		fj_rg_point_idx(&ip, srank, sidx);
+	else
+		fj_rg_point_idx(&ip, 1, &sidx[dim]);
+	V x = index_value(k, iv, &ip, size);
+	for (int d = 0; d < orank; d++)
+		tidx[d] = d == dim ? x : sidx[d];
+	fj_rg_point sp;
+	if (on->op == FJ_OP_PRIMS_SCATTER_ADD && body->values[sv].type.rank != srank) {
+		fj_error_status(k->a->ctx, FJ_ERR_UNSUPPORTED, on->loc, "prims.scatter_add: ranks differ");
+	}
+	fj_rg_point_idx(&sp, srank, sidx);
+	V val = fj_rg_eval_as(&k->r, sv, &sp, fj_cg_compute_dtype(odt));
+	V off = fj_cg_offset(cg, &k->out[0], tidx);
+	if (atomic) {
+		LLVMTypeRef sty = fj_cg_storage_type(cg, odt);
+		V ptr = LLVMBuildInBoundsGEP2(B, sty, k->out[0].ptr, &off, 1, "");
+		V sval = odt == FJ_DT_F16 ? LLVMBuildFPTrunc(B, val, cg->t_f16, "") : val;
+		LLVMBuildAtomicRMW(B, fj_dtype_is_float(odt) ? LLVMAtomicRMWBinOpFAdd : LLVMAtomicRMWBinOpAdd, ptr, sval,
+		                   LLVMAtomicOrderingMonotonic, 0);
+	} else {
+		V cur = fj_cg_load(cg, &k->out[0], off);
+		V sum;
+		if (fj_dtype_is_float(odt))
+			sum = LLVMBuildFAdd(B, cur, val, "");
+		else if (odt == FJ_DT_BOOL)
+			sum = LLVMBuildOr(B, cur, val, "");
+		else
+			sum = LLVMBuildAdd(B, cur, val, "");
+		fj_cg_store(cg, &k->out[0], off, sum);
+	}
+	gloop_end(k, &l);
+	if (!atomic)
+		if_end(k, &only);
+	return entry_end(k);
+}
+
+/* ---- scan (cumsum): a thread per line ---- */
+
+static fj_status emit_scan(gk *k)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	const fj_node *on = &body->nodes[k->a->opaque];
+	fj_vid xv = on->opnds[0], ov = on->res[0];
+	int rank = body->values[ov].type.rank;
+	int64_t dim = fj_attr_as_int(fj_node_attr(k->a->ctx, on, "dim"));
+	if (dim < 0)
+		dim += rank ? rank : 1;
+	fj_dtype odt = body->values[ov].type.dtype;
+	fj_dtype acc_dt = fj_dtype_is_float(odt) ? FJ_DT_F64 : FJ_DT_I64;
+	fj_status st = entry_begin(k, "", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	int others[FJ_MAX_RANK], no = 0;
+	for (int d = 0; d < rank; d++)
+		if (d != dim)
+			others[no++] = d;
+	V lines = i64c(k, 1);
+	for (int i = 0; i < no; i++)
+		lines = mul(k, lines, fj_rg_dim(&k->r, ov, others[i]));
+	V len = rank ? fj_rg_dim(&k->r, ov, (int)dim) : i64c(k, 1);
+	LLVMTypeRef aty = fj_cg_compute_type(cg, acc_dt);
+	V accv = fj_cg_var(cg, aty, fj_cg_const(cg, acc_dt, 0, 0), "acc");
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	gloop l;
+	gloop_begin(k, &l, gtid, lines, mul(k, k->nctaid, k->ntid), "line");
+	V oi[FJ_MAX_RANK], idx[FJ_MAX_RANK];
+	unravel(k, ov, others, no, l.iv, oi);
+	fj_cg_set(cg, accv, fj_cg_const(cg, acc_dt, 0, 0));
+	gloop e;
+	gloop_begin(k, &e, i64c(k, 0), len, i64c(k, 1), "pos");
+	for (int i = 0; i < no; i++)
+		idx[others[i]] = oi[i];
+	if (rank)
+		idx[dim] = e.iv;
+	fj_rg_point p;
+	fj_rg_point_idx(&p, rank, idx);
+	V x = fj_rg_eval_as(&k->r, xv, &p, acc_dt);
+	V a = fj_cg_get(cg, accv, aty);
+	a = fj_dtype_is_float(acc_dt) ? LLVMBuildFAdd(B, a, x, "") : add(k, a, x);
+	fj_cg_set(cg, accv, a);
+	fj_rg_bind(&k->r, ov, fj_cg_convert(cg, a, acc_dt, odt));
+	V olin = lin_of(k, ov, idx, rank);
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = body->results[j];
+		fj_rg_point op;
+		if (body->values[v].type.rank == rank)
+			fj_rg_point_idx(&op, rank, idx);
+		else
+			fj_rg_point_lin(&op, body->values[v].type.rank, olin);
+		fj_rg_store(&k->r, &k->out[j], olin, v, &op);
+	}
+	fj_rg_bind(&k->r, ov, NULL);
+	gloop_end(k, &e);
+	gloop_end(k, &l);
+	return entry_end(k);
+}
+
+/* ---- one region -> its entries ---- */
+
+/* Which entries a region has (the main one first). */
+static int region_variants(const fj_rg_analysis *a, const char **suffix)
+{
+	switch (a->sched) {
+	case FJ_RG_MATMUL: case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN:
+		suffix[0] = "";
+		return 1;
+	case FJ_RG_SCATTER:
+		suffix[0] = "";
+		suffix[1] = "_add";
+		return 2;
+	default:
+		if (a->nreds) {
+			suffix[0] = "";
+			suffix[1] = "_tpr";
+			suffix[2] = "_reg8";
+			suffix[3] = "_col";
+			return 4;
+		}
+		suffix[0] = "";
+		suffix[1] = "_s1";
+		return 2;
+	}
+}
+
+static fj_status emit_variant(gk *k, int v)
+{
+	const fj_rg_analysis *a = k->a;
+	switch (a->sched) {
+	case FJ_RG_MATMUL: return emit_matmul(k);
+	case FJ_RG_TAKE: case FJ_RG_GATHER: return emit_index(k);
+	case FJ_RG_SCAN: return emit_scan(k);
+	case FJ_RG_SCATTER: return emit_scatter(k, v == 1);
+	default:
+		if (a->nreds)
+			return v == 0 ? emit_bpr(k) : v == 1 ? emit_tpr(k) : v == 2 ? emit_reg(k) : emit_col(k);
+		if (a->sched == FJ_RG_TRANSPOSE && v == 0 && tileable(k->body))
+			return emit_transpose(k);
+		return emit_pointwise(k, v == 0);
+	}
+}
+
+/* Emits the entries of region `node` of g into c's module: all variants, or
+ * only the main one. */
+static fj_status emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, bool all,
+                             fj_rg_analysis *a, int *nvariants)
+{
+	if (!cg->target->thread_idx || !cg->target->barrier || !cg->target->shuffle_xor || !cg->target->shared_array)
+		return fj_error_status(cg->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: the target has no GPU hooks");
+	const fj_node *n = &g->nodes[node];
+	if (n->nopnds > MAXIO || n->nres > MAXIO)
+		return fj_error_status(c->ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: too many operands or results");
+	gk *k = calloc(1, sizeof *k);
+	if (!k)
+		return fj_error_status(c->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	k->c = c;
+	k->cg = cg;
+	k->a = a;
+	k->body = n->body;
+	k->n = n;
+	snprintf(k->prefix, sizeof k->prefix, "%s", n->kernel ? n->kernel : "fj_kernel");
+	const char *suffix[4];
+	int nv = region_variants(a, suffix);
+	if (!all)
+		nv = 1;
+	fj_status st = FJ_OK;
+	for (int v = 0; v < nv && st == FJ_OK; v++)
+		st = emit_variant(k, v);
+	*nvariants = nv;
+	free(k);
+	return st;
+}
+
+fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int *nvariants,
+                                char entries[][112])
+{
+	fj_rg_analysis a;
+	fj_status st = fj_rg_analyze(cg->ctx, g, node, &a);
+	if (st != FJ_OK)
+		return st;
+	st = emit_region(c, cg, g, node, true, &a, nvariants);
+	const char *suffix[4];
+	region_variants(&a, suffix);
+	const fj_node *n = &g->nodes[node];
+	for (int v = 0; st == FJ_OK && v < *nvariants; v++)
+		snprintf(entries[v], 112, "%s%s", n->kernel ? n->kernel : "fj_kernel", suffix[v]);
+	fj_rg_analysis_free(&a);
+	return st;
+}
+
+fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *sm, bool llvm, fj_buf *out)
+{
+	fj_nvptx_comp c;
+	fj_status st = fj_nvptx_comp_begin(ctx, sm, &c);
+	if (st != FJ_OK) {
+		fj_nvptx_comp_end(&c);
+		return st;
+	}
+	const char *e = getenv("FUSEJIT_PTX_ALL_VARIANTS");
+	bool all = e && *e && strcmp(e, "0") != 0;
+	fj_cg cg;
+	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
+	for (uint32_t gi = 0; gi < m->ngraphs && st == FJ_OK; gi++)
+	for (uint32_t i = 0, nn = m->graphs[gi]->nnodes; i < nn && st == FJ_OK; i++) {
+		const fj_graph *g = m->graphs[gi];
+		const fj_node *n = &g->nodes[i];
+		if (n->op != FJ_OP_FUSION_KERNEL) {
+			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
+			                     "%s: the nvptx backend runs fused regions only (run the fuse and schedule "
+			                     "passes first)",
+			                     fj_op_name(n->op));
+			break;
+		}
+		fj_rg_analysis a;
+		st = fj_rg_analyze(ctx, g, i, &a);
+		if (st != FJ_OK)
+			break;
+		int nv;
+		st = emit_region(&c, &cg, g, i, all, &a, &nv);
+		fj_rg_analysis_free(&a);
+	}
+	fj_cg_dispose(&cg);
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_optimise(&c);
+	if (st == FJ_OK)
+		st = llvm ? fj_nvptx_comp_llvm(&c, out) : fj_nvptx_comp_ptx(&c, out);
+	fj_nvptx_comp_end(&c);
+	return st;
+}
+
+/* ---- the cache of compiled regions ---- */
+
+struct fj_nvptx_cache_entry {
+	char *key;
+	size_t keylen;
+	uint64_t hash;
+	fj_nvptx_kernel k;
+};
+
+void fj_nvptx_cache_free(fj_nvptx_state *s)
+{
+	for (uint32_t i = 0; i < s->cap; i++) {
+		fj_nvptx_cache_entry *e = s->tab[i];
+		if (!e)
+			continue;
+		free(e->key);
+		free(e->k.ptx);
+		if (e->k.cumod && s->cu && s->cu->init_status == FJ_OK)
+			s->cu->api.cuModuleUnload(e->k.cumod);
+		free(e);
+	}
+	free(s->tab);
+	s->tab = NULL;
+	s->cap = s->count = 0;
+}
+
+static fj_nvptx_cache_entry *cache_find(fj_nvptx_state *s, const char *key, size_t len, uint64_t h)
+{
+	if (!s->cap)
+		return NULL;
+	for (uint32_t i = (uint32_t)h & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+		fj_nvptx_cache_entry *e = s->tab[i];
+		if (!e)
+			return NULL;
+		if (e->hash == h && e->keylen == len && memcmp(e->key, key, len) == 0)
+			return e;
+	}
+}
+
+static bool cache_insert(fj_nvptx_state *s, fj_nvptx_cache_entry *e)
+{
+	if ((s->count + 1) * 2 > s->cap) {
+		uint32_t nc = s->cap ? s->cap * 2 : 64;
+		fj_nvptx_cache_entry **nt = calloc(nc, sizeof *nt);
+		if (!nt)
+			return false;
+		for (uint32_t i = 0; i < s->cap; i++) {
+			if (!s->tab[i])
+				continue;
+			uint32_t j = (uint32_t)s->tab[i]->hash & (nc - 1);
+			while (nt[j])
+				j = (j + 1) & (nc - 1);
+			nt[j] = s->tab[i];
+		}
+		free(s->tab);
+		s->tab = nt;
+		s->cap = nc;
+	}
+	uint32_t j = (uint32_t)e->hash & (s->cap - 1);
+	while (s->tab[j])
+		j = (j + 1) & (s->cap - 1);
+	s->tab[j] = e;
+	s->count++;
+	return true;
+}
+
+/* The key: target, kernel name, the node's canonical key and its body. */
+static fj_status region_key(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm, fj_buf *b)
+{
+	const fj_node *n = &g->nodes[node];
+	fj_buf_printf(b, "%s|%s|", sm, n->kernel ? n->kernel : "");
+	fj_cg_node_key(b, g, node);
+	fj_buf_puts(b, "|");
+	fj_status st = fj_print_graph(b, n->body);
+	if (st == FJ_OK && b->oom)
+		st = FJ_ERR_NOMEM;
+	if (st != FJ_OK)
+		fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	return st;
+}
+
+fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
+                                  fj_nvptx_kernel **out, bool *hit)
+{
+	*out = NULL;
+	if (hit)
+		*hit = false;
+	if (!sm)
+		sm = FJ_NVPTX_DEFAULT_SM;
+	fj_nvptx_state *s;
+	fj_status st = fj_nvptx_state_get(ctx, &s);
+	if (st != FJ_OK)
+		return st;
+	fj_buf key;
+	fj_buf_init(&key, ctx);
+	st = region_key(ctx, g, node, sm, &key);
+	if (st != FJ_OK) {
+		fj_buf_free(&key);
+		return st;
+	}
+	uint64_t h = fj_hash64(key.data, key.len);
+	pthread_mutex_lock(&s->lock);
+	fj_nvptx_cache_entry *e = cache_find(s, key.data, key.len, h);
+	pthread_mutex_unlock(&s->lock);
+	if (e) {
+		*out = &e->k;
+		if (hit)
+			*hit = true;
+		fj_buf_free(&key);
+		return FJ_OK;
+	}
+	/* compile (outside the lock: a fresh LLVM context) */
+	fj_nvptx_comp c;
+	st = fj_nvptx_comp_begin(ctx, sm, &c);
+	fj_rg_analysis a;
+	bool analysed = false;
+	int nv = 0;
+	if (st == FJ_OK) {
+		st = fj_rg_analyze(ctx, g, node, &a);
+		analysed = st == FJ_OK;
+	}
+	if (st == FJ_OK) {
+		fj_cg cg;
+		fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
+		st = emit_region(&c, &cg, g, node, true, &a, &nv);
+		fj_cg_dispose(&cg);
+	}
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_optimise(&c);
+	fj_buf ptx;
+	fj_buf_init(&ptx, ctx);
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_ptx(&c, &ptx);
+	if (st == FJ_OK)
+		fj_buf_putn(&ptx, "", 1); /* NUL-terminated for the driver */
+	fj_nvptx_comp_end(&c);
+	e = NULL;
+	if (st == FJ_OK) {
+		e = calloc(1, sizeof *e);
+		if (e)
+			e->key = malloc(key.len + 1);
+		if (e && e->key)
+			e->k.ptx = malloc(ptx.len);
+		if (!e || !e->key || !e->k.ptx) {
+			if (e) {
+				free(e->key);
+				free(e);
+			}
+			e = NULL;
+			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		}
+	}
+	if (st == FJ_OK) {
+		memcpy(e->key, key.data, key.len);
+		e->key[key.len] = 0;
+		e->keylen = key.len;
+		e->hash = h;
+		memcpy(e->k.ptx, ptx.data, ptx.len);
+		e->k.ptxlen = ptx.len - 1;
+		const fj_node *n = &g->nodes[node];
+		snprintf(e->k.name, sizeof e->k.name, "%s", n->kernel ? n->kernel : "fj_kernel");
+		e->k.sched = a.sched;
+		e->k.nvariants = nv;
+		const char *suffix[4];
+		region_variants(&a, suffix);
+		for (int v = 0; v < nv; v++)
+			snprintf(e->k.entry[v], sizeof e->k.entry[v], "%s%s", e->k.name, suffix[v]);
+		e->k.nreds = a.nreds;
+		e->k.nparams = n->nopnds + n->nres + 2;
+		pthread_mutex_lock(&s->lock);
+		fj_nvptx_cache_entry *other = cache_find(s, key.data, key.len, h);
+		if (other) { /* compiled meanwhile by another thread */
+			free(e->key);
+			free(e->k.ptx);
+			free(e);
+			e = other;
+		} else if (!cache_insert(s, e)) {
+			free(e->key);
+			free(e->k.ptx);
+			free(e);
+			e = NULL;
+			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (e)
+			*out = &e->k;
+	}
+	if (analysed)
+		fj_rg_analysis_free(&a);
+	fj_buf_free(&ptx);
+	fj_buf_free(&key);
+	return st;
+}
+
+/* ---- launch plans ---- */
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static unsigned pow2_at_least(int64_t x)
+{
+	unsigned p = 32;
+	while (p < BLOCK_MAX && (int64_t)p < x)
+		p *= 2;
+	return p;
+}
+
+static unsigned grid_of(int64_t items, unsigned block)
+{
+	int64_t g = ceil_div(items, block);
+	if (g > (1 << 20))
+		g = 1 << 20;
+	return g < 1 ? 1 : (unsigned)g;
+}
+
+fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint32_t node,
+                               int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
+                               fj_nvptx_plan *plan)
+{
+	memset(plan, 0, sizeof *plan);
+	const fj_node *n = &g->nodes[node];
+	const fj_graph *body = n->body;
+	fj_context *ctx = fj_graph_ctx(g);
+	fj_rg_analysis a;
+	fj_status st = fj_rg_analyze(ctx, g, node, &a);
+	if (st != FJ_OK)
+		return st;
+	int64_t d[FJ_MAX_RANK];
+	int64_t numel = 1;
+	const fj_type *t;
+	switch (a.sched) {
+	case FJ_RG_MATMUL: {
+		const fj_node *mm = &body->nodes[a.opaque];
+		t = &body->values[mm->res[0]].type;
+		for (int i = 0; i < t->rank; i++)
+			d[i] = dimval(ud, t->dims[i]);
+		int64_t tiles = ceil_div(d[t->rank - 2], TILE) * ceil_div(d[t->rank - 1], TILE);
+		if (t->rank == 3)
+			tiles *= d[0];
+		if (tiles > 0)
+			plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(tiles, 1), TILE * TILE, 0};
+		break;
+	}
+	case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN: case FJ_RG_SCATTER: {
+		const fj_node *on = &body->nodes[a.opaque];
+		t = &body->values[on->res[0]].type;
+		for (int i = 0; i < t->rank; i++)
+			numel *= dimval(ud, t->dims[i]);
+		if (a.sched == FJ_RG_SCAN) {
+			int64_t dim = fj_attr_as_int(fj_node_attr(ctx, on, "dim"));
+			if (dim < 0)
+				dim += t->rank ? t->rank : 1;
+			int64_t len = t->rank ? dimval(ud, t->dims[dim]) : 1;
+			int64_t lines = len ? numel / len : 0;
+			if (lines > 0 && len > 0)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(lines, 256), 256, 0};
+		} else if (a.sched == FJ_RG_SCATTER) {
+			if (numel > 0)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(numel, 256), 256, 0};
+			fj_vid space = on->op == FJ_OP_PRIMS_SCATTER_ADD ? on->opnds[1] : on->opnds[2];
+			const fj_type *s = &body->values[space].type;
+			int64_t sn = 1;
+			for (int i = 0; i < s->rank; i++)
+				sn *= dimval(ud, s->dims[i]);
+			if (sn > 0 && numel > 0)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){1, grid_of(sn, 256), 256, 0};
+			plan->may_fail = true;
+		} else {
+			if (numel > 0)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(numel, 256), 256, 0};
+			plan->may_fail = true;
+		}
+		break;
+	}
+	default:
+		if (a.nreds) {
+			const fj_node *r0 = &body->nodes[a.reds[0]];
+			t = &body->values[r0->opnds[0]].type;
+			int64_t rows = 1, len = 1;
+			int inner = -1;
+			for (int i = 0; i < t->rank; i++) {
+				d[i] = dimval(ud, t->dims[i]);
+				if (a.kmask & (1u << i))
+					len *= d[i];
+				else
+					rows *= d[i];
+				if (d[i] != 1)
+					inner = i;
+			}
+			bool is_inner = inner < 0 || (a.kmask & (1u << inner));
+			for (int i = 0; i < a.nreds; i++) {
+				fj_op op = body->nodes[a.reds[i]].op;
+				if (op == FJ_OP_PRIMS_AMAX || op == FJ_OP_PRIMS_AMIN || op == FJ_OP_PRIMS_ARGMAX ||
+				    op == FJ_OP_PRIMS_ARGMIN)
+					plan->may_fail = true;
+			}
+			if (rows <= 0)
+				break;
+			bool ordered = false;
+			for (int i = 0; i < a.nreds; i++) {
+				fj_op op = body->nodes[a.reds[i]].op;
+				ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
+			}
+			/* tests force a variant: "bpr", "tpr" or "reg" */
+			const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
+			int var = len <= 16 || (!is_inner && rows >= 2048) ? 1 : 0;
+			if (var == 0 && !ordered && len > 0 && len <= 8 * 512)
+				var = 2;
+			if (!is_inner && !ordered && len > 16)
+				var = 3;
+			if (force && strcmp(force, "bpr") == 0)
+				var = 0;
+			else if (force && strcmp(force, "tpr") == 0)
+				var = 1;
+			else if (force && strcmp(force, "reg") == 0 && !ordered && len > 0 && len <= 8 * 512)
+				var = 2;
+			else if (force && strcmp(force, "col") == 0 && !ordered)
+				var = 3;
+			unsigned gr = (unsigned)(rows > (1 << 20) ? (1 << 20) : rows);
+			if (var == 1)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){1, grid_of(rows, 256), 256, 0};
+			else if (var == 3) {
+				unsigned y = 1;
+				while (y < 8 && (int64_t)y * 64 < len)
+					y *= 2;
+				int64_t tiles = ceil_div(rows, 32);
+				plan->launch[plan->n++] =
+					(fj_nvptx_launch_step){3, (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles), 32 * y, 0};
+			} else if (var == 2)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){2, gr, pow2_at_least(ceil_div(len, 8)), 0};
+			else
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, gr, pow2_at_least(ceil_div(len, 8)), 0};
+		} else {
+			t = &body->values[body->results[0]].type;
+			for (int i = 0; i < t->rank; i++)
+				numel *= dimval(ud, t->dims[i]);
+			if (numel <= 0)
+				break;
+			const char *force = getenv("FUSEJIT_NVPTX_VARIANTS"); /* "bpr": the scalar variant too */
+			if (a.sched == FJ_RG_TRANSPOSE && tileable(body) && !(force && strcmp(force, "bpr") == 0)) {
+				int64_t mm = dimval(ud, t->dims[t->rank - 2]), nn = dimval(ud, t->dims[t->rank - 1]);
+				int64_t tiles = mm > 0 && nn > 0 ? numel / (mm * nn) * ceil_div(mm, 32) * ceil_div(nn, 32) : 0;
+				plan->launch[plan->n++] =
+					(fj_nvptx_launch_step){0, (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles), 256, 0};
+			} else if (aligned16 && !(force && strcmp(force, "bpr") == 0))
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(ceil_div(numel, 4), 256), 256, 0};
+			else
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){1, grid_of(numel, 256), 256, 0};
+		}
+		break;
+	}
+	fj_rg_analysis_free(&a);
+	(void)k;
+	return FJ_OK;
+}

@@ -1,0 +1,56 @@
+/* region_gpu.h -- compiled GPU regions (region_gpu.c): the cache entry, and
+ * launch plans chosen from the bound sizes. */
+#ifndef FJ_NVPTX_REGION_GPU_H
+#define FJ_NVPTX_REGION_GPU_H
+
+#include "backend_nvptx/nvptx.h"
+
+#define FJ_NVPTX_MAX_VARIANTS 5
+
+/* A compiled region, owned by the context's cache (valid until the context
+ * is destroyed). The driver-side fields are filled by the runtime on first
+ * launch (under the state's lock). */
+typedef struct fj_nvptx_kernel {
+	char *ptx;              /* NUL-terminated */
+	size_t ptxlen;
+	char name[96];          /* the kernel attribute */
+	int sched;              /* fj_rg_schedule */
+	int nvariants;
+	char entry[FJ_NVPTX_MAX_VARIANTS][112];
+	int nreds;
+	uint32_t nparams;       /* operands + results + dims + status */
+	void *cumod;            /* CUmodule, once loaded */
+	void *fn[FJ_NVPTX_MAX_VARIANTS];
+} fj_nvptx_kernel;
+
+/* Compiles region `node` of g (a fusion.kernel with a schedule) for target
+ * sm (NULL: sm_80), or finds it in the context's cache (*hit). */
+fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
+                                  fj_nvptx_kernel **out, bool *hit);
+
+/* Emits every variant of region `node` of g into cg's module with cg's
+ * target hooks (the GPU ones must be set); c (may be NULL: no NVPTX kernel
+ * marks, e.g. the host emulator, emu.h) is the NVPTX compilation. Writes the
+ * entries' names, the main one first. */
+fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int *nvariants,
+                                char entries[][112]);
+
+typedef struct fj_nvptx_launch_step {
+	int variant;            /* index into entry[] */
+	unsigned grid, block, shared;
+} fj_nvptx_launch_step;
+
+typedef struct fj_nvptx_plan {
+	fj_nvptx_launch_step launch[3];
+	int n;                  /* launches, in order (0: nothing to do, e.g. empty) */
+	bool may_fail;          /* read the status word back after the run */
+} fj_nvptx_plan;
+
+/* Chooses variants and grid/block sizes. dimval evaluates a (symbolic) size
+ * of g's module with the bound symbols; aligned16: every pointer of the
+ * launch is 16-byte aligned. */
+fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint32_t node,
+                               int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
+                               fj_nvptx_plan *plan);
+
+#endif

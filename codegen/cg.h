@@ -1,0 +1,232 @@
+/* cg.h -- the shared code generator: IR nodes/regions -> LLVM IR through the
+ * LLVM C API, parameterised by target hooks (host now, NVPTX later).
+ *
+ * A code-generation session (fj_cg) owns one LLVM module in its own LLVM
+ * context (each compilation gets a fresh context: LLVM contexts are not
+ * thread-safe). Kernels are functions of that module; a backend then
+ * optimises and compiles the module as a whole (one O3 + codegen run for all
+ * the kernels of a graph).
+ *
+ * Host kernel ABI (the `aten` executor and the per-op `host` executor):
+ *
+ *   int32_t kernel(void *const *ptrs, const int64_t *dims, int64_t lo, int64_t hi);
+ *
+ *   ptrs  the node's operands' data, then its results' data (NULL for `none`
+ *         and literal operands). Every tensor is dense and row-major.
+ *   dims  the sizes of every operand (rank entries each; literals and `none`
+ *         have rank 0), then of every result, concatenated.
+ *   lo,hi the part [lo, hi) of the kernel's parallel index space to run (see
+ *         fj_cg_kernel.par_*); the aten executor runs [0, extent) at once,
+ *         the host executor splits it over threads.
+ *   returns 0, or an FJ_KERR_* code (an index out of range ...).
+ *
+ * Values inside emitters are "compute" values: floats as float/double (f16 and
+ * bf16 computed as float and rounded once on store), integers as iN (u8 is i8
+ * with unsigned semantics, tracked by the dtype the caller passes), bool as i1.
+ */
+#ifndef FJ_CG_H
+#define FJ_CG_H
+
+#include <llvm-c/Core.h>
+
+#include "ir.h"
+
+/* Error codes kernels return. */
+enum {
+	FJ_KERR_OK = 0,
+	FJ_KERR_INDEX = 1,  /* an index out of range */
+	FJ_KERR_VALUE = 2   /* an invalid value (e.g. a negative count) */
+};
+
+typedef struct fj_cg fj_cg;
+
+/* Math functions that targets provide (host: libm or inline polynomials;
+ * NVPTX: libdevice). Argument and result types are float or double. */
+typedef enum fj_cg_math {
+	FJ_MATH_EXP, FJ_MATH_EXP2, FJ_MATH_EXPM1, FJ_MATH_LOG, FJ_MATH_LOG2, FJ_MATH_LOG10,
+	FJ_MATH_LOG1P, FJ_MATH_SIN, FJ_MATH_COS, FJ_MATH_TAN, FJ_MATH_TANH, FJ_MATH_SINH,
+	FJ_MATH_COSH, FJ_MATH_ASIN, FJ_MATH_ACOS, FJ_MATH_ATAN, FJ_MATH_ASINH, FJ_MATH_ACOSH,
+	FJ_MATH_ATANH, FJ_MATH_ERF, FJ_MATH_ERFC, FJ_MATH_POW, FJ_MATH_ATAN2, FJ_MATH_FMOD,
+	FJ_MATH_COUNT
+} fj_cg_math;
+
+/* Target hooks. */
+typedef struct fj_cg_target {
+	const char *name; /* "host", "nvptx" */
+	/* Emits math function fn on args (1 or 2) of type float or double. */
+	LLVMValueRef (*math)(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
+	/* ---- added for the region code generator (codegen/region.h); every
+	 * field may be NULL / 0 (the host leaves the GPU ones NULL) ---- */
+	/* Math inside fused regions (host: inline polynomials that vectorize,
+	 * fj_cg_poly_math); NULL: `math`. */
+	LLVMValueRef (*region_math)(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
+	/* GPU: i32 thread index, block index, block size, grid size on axis 0..2. */
+	LLVMValueRef (*thread_idx)(fj_cg *cg, int axis);
+	LLVMValueRef (*block_idx)(fj_cg *cg, int axis);
+	LLVMValueRef (*block_dim)(fj_cg *cg, int axis);
+	LLVMValueRef (*grid_dim)(fj_cg *cg, int axis);
+	/* GPU: a barrier of the thread block (__syncthreads). */
+	void (*barrier)(fj_cg *cg);
+	/* GPU: butterfly shuffle within a warp: v from lane (lane ^ mask); v is
+	 * i32, i64, f32 or f64. */
+	LLVMValueRef (*shuffle_xor)(fj_cg *cg, LLVMValueRef v, int mask);
+	/* GPU: a block-shared array of n elements of type elem (its pointer). */
+	LLVMValueRef (*shared_array)(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char *name);
+	int warp_size;      /* GPU: 32; host: 0 */
+	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
+} fj_cg_target;
+
+struct fj_cg {
+	fj_context *ctx;
+	const fj_cg_target *target;
+	LLVMContextRef llctx;
+	LLVMModuleRef mod;
+	LLVMBuilderRef b;
+	LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f16, t_f32, t_f64, t_ptr;
+	LLVMValueRef fn;          /* the function being emitted */
+	LLVMBasicBlockRef entry;  /* its entry block (allocas go here) */
+	fj_status st;             /* sticky: the first error */
+};
+
+/* Starts a session on module `mod` of context `llctx` (both owned by the
+ * caller, typically a backend that created them for its target). */
+void fj_cg_init(fj_cg *cg, fj_context *ctx, const fj_cg_target *t, LLVMContextRef llctx,
+                LLVMModuleRef mod);
+void fj_cg_dispose(fj_cg *cg); /* the builder only */
+/* Records an error (once) and returns it. */
+fj_status fj_cg_error(fj_cg *cg, fj_status st, const fj_node *n, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- types and constants ---- */
+LLVMTypeRef fj_cg_storage_type(fj_cg *cg, fj_dtype dt); /* bf16 -> i16, bool -> i8 */
+LLVMTypeRef fj_cg_compute_type(fj_cg *cg, fj_dtype dt); /* f16/bf16 -> float, bool -> i1 */
+/* The dtype arithmetic on dt is done in: f16/bf16 -> f32, others unchanged. */
+fj_dtype fj_cg_compute_dtype(fj_dtype dt);
+LLVMValueRef fj_cg_i64(fj_cg *cg, int64_t v);
+LLVMValueRef fj_cg_i32(fj_cg *cg, int32_t v);
+/* A constant of dtype dt's compute type with value f (floats) or i (ints, bool). */
+LLVMValueRef fj_cg_const(fj_cg *cg, fj_dtype dt, double f, int64_t i);
+/* A literal scalar converted to dtype `to`'s compute type (PyTorch rules). */
+LLVMValueRef fj_cg_literal(fj_cg *cg, const fj_literal *lit, fj_dtype to);
+/* Converts a compute value from dtype `from` to dtype `to` (PyTorch/C
+ * semantics: float->int truncates, saturating; anything->bool is != 0). */
+LLVMValueRef fj_cg_convert(fj_cg *cg, LLVMValueRef v, fj_dtype from, fj_dtype to);
+
+/* ---- tensors ---- */
+typedef struct fj_cg_tensor {
+	LLVMValueRef ptr;                   /* base pointer */
+	fj_dtype dtype;
+	int rank;
+	LLVMValueRef dim[FJ_MAX_RANK];      /* i64 sizes */
+	LLVMValueRef stride[FJ_MAX_RANK];   /* i64 element strides (row-major dense) */
+	LLVMValueRef numel;                 /* i64 */
+} fj_cg_tensor;
+
+/* Loads element `offset` (i64, in elements) as a compute value. */
+LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
+/* Stores compute value v (of t's dtype's compute type) at `offset`, rounding
+ * f16/bf16 to nearest even. */
+void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValueRef v);
+/* sum(idx[k] * stride[k]) over t's rank. */
+LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
+/* Offset in t of the element that broadcasts (NumPy rules, aligned right) to
+ * index idx of a tensor of rank `rank`; size-1 dims of t read index 0. */
+LLVMValueRef fj_cg_bcast_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx, int rank);
+/* Splits a linear index over dims[0..n) (row-major) into idx[0..n). */
+void fj_cg_unravel(fj_cg *cg, LLVMValueRef linear, const LLVMValueRef *dims, int n, LLVMValueRef *idx);
+
+/* ---- control flow ---- */
+typedef struct fj_cg_loop {
+	LLVMValueRef iv;   /* i64 induction variable, valid in the body */
+	LLVMValueRef phi;
+	LLVMValueRef hi, step;
+	LLVMBasicBlockRef head, body, latch, exit;
+} fj_cg_loop;
+
+/* for (iv = lo; iv < hi; iv += 1) { ... }: begin leaves the builder in the
+ * body; end closes it and leaves the builder after the loop. */
+void fj_cg_loop_begin(fj_cg *cg, fj_cg_loop *l, LLVMValueRef lo, LLVMValueRef hi, const char *name);
+void fj_cg_loop_end(fj_cg *cg, fj_cg_loop *l);
+/* if (cond) { ... } [else { ... }] */
+typedef struct fj_cg_if {
+	LLVMBasicBlockRef then_bb, else_bb, join_bb;
+} fj_cg_if;
+void fj_cg_if_begin(fj_cg *cg, fj_cg_if *c, LLVMValueRef cond);
+void fj_cg_if_else(fj_cg *cg, fj_cg_if *c);
+void fj_cg_if_end(fj_cg *cg, fj_cg_if *c);
+/* A mutable local (an alloca in the entry block; SROA makes it a register). */
+LLVMValueRef fj_cg_var(fj_cg *cg, LLVMTypeRef ty, LLVMValueRef init, const char *name);
+LLVMValueRef fj_cg_get(fj_cg *cg, LLVMValueRef var, LLVMTypeRef ty);
+void fj_cg_set(fj_cg *cg, LLVMValueRef var, LLVMValueRef v);
+
+/* ---- element loops over a kernel's result (defined after fj_cg_kernel) ---- */
+struct fj_cg_kernel;
+/* Called for each element of the result: idx[0..rank) its index. */
+typedef void (*fj_cg_elem_fn)(fj_cg *cg, struct fj_cg_kernel *k, void *ud, const LLVMValueRef *idx);
+/* Emits the loop nest over result `out` of kernel k and calls body for each
+ * element. The parallel space (k->par_out/par_mask, set here) is the result's
+ * leading dims (rank >= 2; the last dim is the inner, vectorisable loop), its
+ * only dim (rank 1), or nothing (rank 0). */
+void fj_cg_for_each(fj_cg *cg, struct fj_cg_kernel *k, uint32_t out, fj_cg_elem_fn body, void *ud);
+
+/* ---- scalar math ---- */
+/* The scalar computation of a pointwise op (aten.* pointwise ops, prims.*
+ * elementwise ops and the pointwise *_backward ops) on compute values args
+ * (one per tensor operand, already converted to dtype `dt`, the op's
+ * computation dtype), reading the node's attributes. Returns the result as a
+ * compute value of the node's result dtype. Keyed by op in a table; NULL
+ * when the op has no scalar lowering. */
+typedef LLVMValueRef (*fj_cg_scalar_fn)(fj_cg *cg, const fj_graph *g, const fj_node *n,
+                                        LLVMValueRef *args, fj_dtype dt);
+fj_cg_scalar_fn fj_cg_scalar_lowering(fj_op op);
+/* The dtype a pointwise node computes in (its promoted operand dtype in
+ * compute form, e.g. f32 for f16 inputs; f32 for int inputs of float ops). */
+fj_dtype fj_cg_pointwise_dtype(const fj_graph *g, const fj_node *n);
+/* Math through the target hook, for float/double values. */
+LLVMValueRef fj_cg_math1(fj_cg *cg, fj_cg_math fn, LLVMValueRef x);
+LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef y);
+/* Inline polynomial math (codegen/math_poly.c) for float (f32) arguments,
+ * scalar or vector, a few ulp, no calls (so loops vectorize); NULL when no
+ * polynomial exists for fn or the type (f64 is left to the target's libm). */
+LLVMValueRef fj_cg_poly_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
+
+/* ---- kernels ---- */
+typedef struct fj_cg_operand {
+	bool none;               /* `none` */
+	bool literal;            /* a literal scalar: lit is set, t.rank == 0, t.ptr NULL */
+	fj_literal lit;
+	fj_cg_tensor t;
+} fj_cg_operand;
+
+/* One per-node kernel being emitted. The emitter reads in/out and lo/hi and
+ * sets the parallel index space: extent = product of the sizes of result
+ * par_out at the dims in par_mask (mask 0: extent 1, one call does it all).
+ * Calls for disjoint parts of [0, extent) must write disjoint outputs. */
+typedef struct fj_cg_kernel {
+	const fj_graph *g;
+	const fj_node *node;
+	uint32_t nin, nout;
+	fj_cg_operand *in;
+	fj_cg_tensor *out;
+	LLVMValueRef lo, hi;      /* i64 */
+	LLVMValueRef status;      /* i32 variable the kernel returns (FJ_KERR_*) */
+	uint32_t par_out;
+	uint32_t par_mask;
+} fj_cg_kernel;
+
+typedef fj_status (*fj_cg_emit_fn)(fj_cg *cg, fj_cg_kernel *k);
+/* The per-node kernel emitter of an op (the reference executor's lowering),
+ * or NULL. Keyed by op in one table (codegen/kernel.c). */
+fj_cg_emit_fn fj_cg_node_emitter(fj_op op);
+
+/* Emits the kernel of node `node` of g as function `name` with the host
+ * kernel ABI into cg's module. Fills par_out/par_mask. */
+fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, const char *name,
+                                 uint32_t *par_out, uint32_t *par_mask);
+/* A canonical description of everything a node's kernel depends on (op,
+ * attributes, literal values, operand and result dtypes and ranks; not the
+ * sizes, which are run-time arguments), for the kernel cache. Appended to b. */
+void fj_cg_node_key(fj_buf *b, const fj_graph *g, uint32_t node);
+uint64_t fj_hash64(const void *data, size_t n);
+
+#endif

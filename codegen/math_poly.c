@@ -1,0 +1,347 @@
+/* math_poly.c -- inline polynomial math for f32 (cg.h fj_cg_poly_math): the
+ * host's fused regions use these instead of libm calls, so that loops
+ * vectorize (LLVM_NOTES.md: a libm call per element stops the vectoriser).
+ *
+ * Every function is straight-line IR (selects, no branches, no calls) on
+ * float or <N x float> values, with IEEE special cases (NaN, +-inf, 0,
+ * overflow, underflow to 0 / denormals) handled by selects. Max errors over
+ * wide ranges, measured against double precision (tests/unit/test_region.c
+ * reports them):
+ *   exp, exp2   Cephes expf: Cody-Waite reduction by ln2, degree-7 polynomial,
+ *               scaled by 2^n in two steps (denormal results) -- ~1 ulp
+ *   expm1       Cephes expm1f polynomial on [-0.5, 0.5], exp(x) - 1 outside -- ~1.5 ulp
+ *   log, log2, log10   Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9) -- ~1 ulp
+ *   log1p       log(1 + x) * x / ((1 + x) - 1) (Goldberg's trick) -- ~2 ulp
+ *   sin, cos, tan      Cody-Waite reduction by pi/2 (3 float parts, exact FMAs; |x| < ~1e6),
+ *               Cephes sinf/cosf polynomials on [-pi/4, pi/4] -- ~1.5 ulp
+ *   tanh        rational [13/6] fit on [-8, 8] (Eigen's), x itself below 4e-4 -- ~7 ulp
+ *   erf, erfc   Taylor series (8 terms) for |x| < 0.5; else erfc by Numerical
+ *               Recipes' Chebyshev fit times exp(-x^2) (two exps: -x^2 exact) -- erf ~3 ulp,
+ *               erfc ~6 ulp up to x = 9
+ * Others (sinh, cosh, asin ... pow, atan2, fmod) and every f64 function
+ * return NULL: the target's libm is used.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "codegen/cg.h"
+
+typedef LLVMValueRef V;
+
+typedef struct pm {
+	fj_cg *cg;
+	LLVMTypeRef ty;   /* float or <N x float> */
+	LLVMTypeRef ity;  /* i32 or <N x i32> */
+} pm;
+
+#define B (p->cg->b)
+
+static V cst(pm *p, double f)
+{
+	V c = LLVMConstReal(p->cg->t_f32, (double)(float)f);
+	if (LLVMGetTypeKind(p->ty) == LLVMVectorTypeKind) {
+		unsigned n = LLVMGetVectorSize(p->ty);
+		V el[64];
+		for (unsigned i = 0; i < n && i < 64; i++)
+			el[i] = c;
+		return LLVMConstVector(el, n);
+	}
+	return c;
+}
+
+static V icst(pm *p, int32_t v)
+{
+	V c = LLVMConstInt(p->cg->t_i32, (unsigned long long)(int64_t)v, 1);
+	if (LLVMGetTypeKind(p->ity) == LLVMVectorTypeKind) {
+		unsigned n = LLVMGetVectorSize(p->ity);
+		V el[64];
+		for (unsigned i = 0; i < n && i < 64; i++)
+			el[i] = c;
+		return LLVMConstVector(el, n);
+	}
+	return c;
+}
+
+static V intr(pm *p, const char *name, V *args, unsigned n)
+{
+	unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	V f = LLVMGetIntrinsicDeclaration(p->cg->mod, id, &ty, 1);
+	LLVMTypeRef fty = LLVMIntrinsicGetType(p->cg->llctx, id, &ty, 1);
+	return LLVMBuildCall2(B, fty, f, args, n, "");
+}
+static V intr1(pm *p, const char *name, V x) { return intr(p, name, &x, 1); }
+
+static V add(pm *p, V a, V b) { return LLVMBuildFAdd(B, a, b, ""); }
+static V sub(pm *p, V a, V b) { return LLVMBuildFSub(B, a, b, ""); }
+static V mul(pm *p, V a, V b) { return LLVMBuildFMul(B, a, b, ""); }
+static V fdv(pm *p, V a, V b) { return LLVMBuildFDiv(B, a, b, ""); }
+static V fma3(pm *p, V a, V b, V c)
+{
+	V args[3] = {a, b, c};
+	return intr(p, "llvm.fmuladd", args, 3);
+}
+static V fcmp(pm *p, LLVMRealPredicate pr, V a, V b) { return LLVMBuildFCmp(B, pr, a, b, ""); }
+static V sel(pm *p, V c, V a, V b) { return LLVMBuildSelect(B, c, a, b, ""); }
+static V fabs_(pm *p, V x) { return intr1(p, "llvm.fabs", x); }
+static V isnan_(pm *p, V x) { return fcmp(p, LLVMRealUNO, x, x); }
+
+/* Horner: c[0] * x^(n-1) + ... + c[n-1] */
+static V horner(pm *p, V x, const double *c, int n)
+{
+	V r = cst(p, c[0]);
+	for (int i = 1; i < n; i++)
+		r = fma3(p, r, x, cst(p, c[i]));
+	return r;
+}
+
+/* x * 2^n for an integral float n in [-252, 254] (two steps: denormals). */
+static V ldexp2(pm *p, V x, V n)
+{
+	V ni = LLVMBuildFPToSI(B, n, p->ity, "");
+	V n1 = LLVMBuildAShr(B, ni, icst(p, 1), "");
+	V n2 = LLVMBuildSub(B, ni, n1, "");
+	V s1 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n1, icst(p, 127), ""), icst(p, 23), ""), p->ty, "");
+	V s2 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n2, icst(p, 127), ""), icst(p, 23), ""), p->ty, "");
+	return mul(p, mul(p, x, s1), s2);
+}
+
+/* e^r for |r| <= ~0.35 (Cephes expf polynomial). */
+static V exp_core(pm *p, V r)
+{
+	static const double c[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3,
+	                           4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1};
+	V z = mul(p, r, r);
+	return add(p, fma3(p, horner(p, r, c, 6), z, r), cst(p, 1.0));
+}
+
+static V clampf(pm *p, V x, double lo, double hi)
+{
+	x = sel(p, fcmp(p, LLVMRealOLT, x, cst(p, lo)), cst(p, lo), x);
+	return sel(p, fcmp(p, LLVMRealOGT, x, cst(p, hi)), cst(p, hi), x);
+}
+
+static V p_exp(pm *p, V x)
+{
+	V xc = clampf(p, x, -104.0, 89.0);
+	V n = intr1(p, "llvm.roundeven", mul(p, xc, cst(p, 1.44269504088896341)));
+	V r = fma3(p, n, cst(p, -0.693359375), xc);
+	r = fma3(p, n, cst(p, 2.12194440e-4), r);
+	V y = ldexp2(p, exp_core(p, r), n);
+	return sel(p, isnan_(p, x), x, y);
+}
+
+static V p_exp2(pm *p, V x)
+{
+	V xc = clampf(p, x, -151.0, 129.0);
+	V n = intr1(p, "llvm.roundeven", xc);
+	V r = mul(p, sub(p, xc, n), cst(p, M_LN2));
+	V y = ldexp2(p, exp_core(p, r), n);
+	return sel(p, isnan_(p, x), x, y);
+}
+
+static V p_expm1(pm *p, V x)
+{
+	static const double c[] = {1.9618793909E-4, 1.3973993058E-3, 8.3334519073E-3,
+	                           4.1665858527E-2, 1.6666665459E-1, 5.0000001201E-1};
+	V z = mul(p, x, x);
+	V small = fma3(p, horner(p, x, c, 6), z, x);
+	V big = sub(p, p_exp(p, x), cst(p, 1.0));
+	V issmall = fcmp(p, LLVMRealOLE, fabs_(p, x), cst(p, 0.5));
+	return sel(p, issmall, small, big);
+}
+
+static V p_log(pm *p, V x)
+{
+	/* denormals: scale by 2^23 */
+	V tiny = fcmp(p, LLVMRealOLT, x, cst(p, 1.17549435e-38));
+	V xs = sel(p, tiny, mul(p, x, cst(p, 8388608.0)), x);
+	V eadj = sel(p, tiny, cst(p, -23.0), cst(p, 0.0));
+	V bits = LLVMBuildBitCast(B, xs, p->ity, "");
+	V e = LLVMBuildSub(B, LLVMBuildAnd(B, LLVMBuildLShr(B, bits, icst(p, 23), ""), icst(p, 0xff), ""), icst(p, 126), "");
+	V m = LLVMBuildBitCast(B, LLVMBuildOr(B, LLVMBuildAnd(B, bits, icst(p, 0x007fffff), ""), icst(p, 0x3f000000), ""),
+	                       p->ty, "");
+	V ef = add(p, LLVMBuildSIToFP(B, e, p->ty, ""), eadj);
+	V lt = fcmp(p, LLVMRealOLT, m, cst(p, 0.707106781186547524));
+	ef = sel(p, lt, sub(p, ef, cst(p, 1.0)), ef);
+	m = sel(p, lt, sub(p, add(p, m, m), cst(p, 1.0)), sub(p, m, cst(p, 1.0)));
+	static const double c[] = {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1,
+	                           -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1};
+	V z = mul(p, m, m);
+	V y = mul(p, mul(p, horner(p, m, c, 9), m), z);
+	y = fma3(p, ef, cst(p, -2.12194440e-4), y);
+	y = fma3(p, z, cst(p, -0.5), y);
+	V r = add(p, m, y);
+	r = fma3(p, ef, cst(p, 0.693359375), r);
+	/* special cases */
+	V inf = cst(p, INFINITY);
+	r = sel(p, fcmp(p, LLVMRealOEQ, x, inf), inf, r);
+	r = sel(p, fcmp(p, LLVMRealOEQ, x, cst(p, 0.0)), cst(p, -INFINITY), r);
+	r = sel(p, fcmp(p, LLVMRealULT, x, cst(p, 0.0)), cst(p, NAN), r); /* negative or NaN */
+	return r;
+}
+
+static V p_log1p(pm *p, V x)
+{
+	V u = add(p, x, cst(p, 1.0));
+	V lu = p_log(p, u);
+	V d = sub(p, u, cst(p, 1.0));
+	V r = fdv(p, mul(p, lu, x), d);
+	r = sel(p, fcmp(p, LLVMRealOEQ, d, cst(p, 0.0)), x, r);
+	V inf = cst(p, INFINITY);
+	r = sel(p, fcmp(p, LLVMRealOEQ, u, inf), lu, r);
+	r = sel(p, fcmp(p, LLVMRealOEQ, u, cst(p, 0.0)), lu, r);
+	return sel(p, isnan_(p, x), x, r);
+}
+
+/* tanh: a [13/6] rational minimax fit on [-7.9988, 7.9988] (x clamped; Eigen's
+ * float tanh): 13 fmas and one division, max 7 ulp (3.9e-7 relative). */
+static V p_tanh(pm *p, V x)
+{
+	static const double a[] = {-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+	                           5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+	                           4.89352455891786e-03};
+	static const double b[] = {1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+	                           4.89352518554385e-03};
+	V xc = clampf(p, x, -7.99881172180175781, 7.99881172180175781);
+	V x2 = mul(p, xc, xc);
+	V num = mul(p, horner(p, x2, a, 7), xc);
+	V den = horner(p, x2, b, 4);
+	V t = fdv(p, num, den);
+	t = sel(p, fcmp(p, LLVMRealOLT, fabs_(p, x), cst(p, 0.0004)), x, t);
+	return sel(p, isnan_(p, x), x, t);
+}
+
+/* sin and cos of x: Cody-Waite reduction by pi/2 in three float parts with
+ * exact fused multiply-adds (accurate for |x| up to ~1e6), quadrant q. */
+static void sincos_core(pm *p, V x, V *s, V *c, V *q)
+{
+	V j = intr1(p, "llvm.roundeven", mul(p, x, cst(p, 0.63661977236758134)));
+	V nj = LLVMBuildFNeg(B, j, "");
+	V a1[3] = {nj, cst(p, 1.57079637050628662109375), x};
+	V r = intr(p, "llvm.fma", a1, 3);
+	V a2[3] = {nj, cst(p, -4.37113882867379942e-08), r};
+	r = intr(p, "llvm.fma", a2, 3);
+	V a3[3] = {nj, cst(p, -1.7151245100058819e-15), r};
+	r = intr(p, "llvm.fma", a3, 3);
+	/* q = j mod 4 in [0, 4) (exact for |j| < 2^24) */
+	V fl = intr1(p, "llvm.floor", mul(p, j, cst(p, 0.25)));
+	*q = sub(p, j, mul(p, fl, cst(p, 4.0)));
+	static const double sc[] = {-1.9515295891E-4, 8.3321608736E-3, -1.6666654611E-1};
+	static const double cc[] = {2.443315711809948E-005, -1.388731625493765E-003, 4.166664568298827E-002};
+	V z = mul(p, r, r);
+	*s = fma3(p, mul(p, horner(p, z, sc, 3), z), r, r);
+	*c = add(p, fma3(p, z, cst(p, -0.5), mul(p, mul(p, horner(p, z, cc, 3), z), z)), cst(p, 1.0));
+}
+
+static V quadrant(pm *p, V q, V v0, V v1, V v2, V v3)
+{
+	V r = sel(p, fcmp(p, LLVMRealOEQ, q, cst(p, 2.0)), v2, v3);
+	r = sel(p, fcmp(p, LLVMRealOEQ, q, cst(p, 1.0)), v1, r);
+	return sel(p, fcmp(p, LLVMRealOEQ, q, cst(p, 0.0)), v0, r);
+}
+
+static V finite_or_nan(pm *p, V x, V y)
+{
+	V fin = fcmp(p, LLVMRealOLT, fabs_(p, x), cst(p, INFINITY));
+	return sel(p, fin, y, cst(p, NAN));
+}
+
+static V p_sin(pm *p, V x)
+{
+	V s, c, q;
+	sincos_core(p, x, &s, &c, &q);
+	V ns = LLVMBuildFNeg(B, s, ""), nc = LLVMBuildFNeg(B, c, "");
+	return finite_or_nan(p, x, quadrant(p, q, s, c, ns, nc));
+}
+
+static V p_cos(pm *p, V x)
+{
+	V s, c, q;
+	sincos_core(p, x, &s, &c, &q);
+	V ns = LLVMBuildFNeg(B, s, ""), nc = LLVMBuildFNeg(B, c, "");
+	return finite_or_nan(p, x, quadrant(p, q, c, ns, nc, s));
+}
+
+static V p_tan(pm *p, V x)
+{
+	V s, c, q;
+	sincos_core(p, x, &s, &c, &q);
+	V odd = LLVMBuildOr(B, fcmp(p, LLVMRealOEQ, q, cst(p, 1.0)), fcmp(p, LLVMRealOEQ, q, cst(p, 3.0)), "");
+	V t = sel(p, odd, LLVMBuildFNeg(B, fdv(p, c, s), ""), fdv(p, s, c));
+	return finite_or_nan(p, x, t);
+}
+
+/* erf(|x|) for |x| < 0.5: Taylor series in x^2. */
+static V erf_small(pm *p, V ax)
+{
+	double c[8];
+	double f = 1.0;
+	for (int n = 0; n < 8; n++) {
+		if (n)
+			f *= n;
+		c[7 - n] = 2.0 / sqrt(M_PI) * ((n & 1) ? -1.0 : 1.0) / (f * (2 * n + 1));
+	}
+	return mul(p, horner(p, mul(p, ax, ax), c, 8), ax);
+}
+
+/* erfc(|x|) (Numerical Recipes' erfcc, relative error < 1.2e-7). */
+static V erfc_big(pm *p, V ax)
+{
+	static const double c[] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+	                           -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+	V t = fdv(p, cst(p, 1.0), fma3(p, ax, cst(p, 0.5), cst(p, 1.0)));
+	V hi = mul(p, ax, ax);
+	V args[3] = {ax, ax, LLVMBuildFNeg(B, hi, "")};
+	V lo = intr(p, "llvm.fma", args, 3); /* ax*ax - hi, exactly */
+	/* exp(-hi) and exp(poly) apart: -hi is exact, a sum would round */
+	V e = mul(p, p_exp(p, LLVMBuildFNeg(B, hi, "")), p_exp(p, horner(p, t, c, 10)));
+	V r = mul(p, mul(p, t, e), sub(p, cst(p, 1.0), lo));
+	return sel(p, fcmp(p, LLVMRealOGT, ax, cst(p, 10.5)), cst(p, 0.0), r);
+}
+
+static V p_erf(pm *p, V x)
+{
+	V ax = fabs_(p, x);
+	V big = sub(p, cst(p, 1.0), erfc_big(p, ax));
+	V r = sel(p, fcmp(p, LLVMRealOLT, ax, cst(p, 0.5)), erf_small(p, ax), big);
+	r = intr(p, "llvm.copysign", (V[]){r, x}, 2);
+	return sel(p, isnan_(p, x), x, r);
+}
+
+static V p_erfc(pm *p, V x)
+{
+	V ax = fabs_(p, x);
+	V ec = erfc_big(p, ax);
+	V pos = sel(p, fcmp(p, LLVMRealOLT, x, cst(p, 0.0)), sub(p, cst(p, 2.0), ec), ec);
+	V small = sub(p, cst(p, 1.0), intr(p, "llvm.copysign", (V[]){erf_small(p, ax), x}, 2));
+	V r = sel(p, fcmp(p, LLVMRealOLT, ax, cst(p, 0.5)), small, pos);
+	return sel(p, isnan_(p, x), x, r);
+}
+
+LLVMValueRef fj_cg_poly_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
+{
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	LLVMTypeRef el = LLVMGetTypeKind(ty) == LLVMVectorTypeKind ? LLVMGetElementType(ty) : ty;
+	if (el != cg->t_f32)
+		return NULL;
+	pm p = {cg, ty, LLVMGetTypeKind(ty) == LLVMVectorTypeKind ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty))
+	                                                          : cg->t_i32};
+	V x = args[0];
+	switch (fn) {
+	case FJ_MATH_EXP: return p_exp(&p, x);
+	case FJ_MATH_EXP2: return p_exp2(&p, x);
+	case FJ_MATH_EXPM1: return p_expm1(&p, x);
+	case FJ_MATH_LOG: return p_log(&p, x);
+	case FJ_MATH_LOG2: return mul(&p, p_log(&p, x), cst(&p, M_LOG2E));
+	case FJ_MATH_LOG10: return mul(&p, p_log(&p, x), cst(&p, M_LOG10E));
+	case FJ_MATH_LOG1P: return p_log1p(&p, x);
+	case FJ_MATH_SIN: return p_sin(&p, x);
+	case FJ_MATH_COS: return p_cos(&p, x);
+	case FJ_MATH_TAN: return p_tan(&p, x);
+	case FJ_MATH_TANH: return p_tanh(&p, x);
+	case FJ_MATH_ERF: return p_erf(&p, x);
+	case FJ_MATH_ERFC: return p_erfc(&p, x);
+	default: return NULL;
+	}
+}

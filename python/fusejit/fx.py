@@ -1,0 +1,259 @@
+"""torch.fx graphs of ATen ops (as make_fx / AOTAutograd produce them) -> fusejit text (IR.md).
+
+Each call_function node whose target is an ATen OpOverload becomes the aten.*
+op of the same name (the overload suffix dropped: aten.add.Tensor -> aten.add).
+Arguments are matched by their ATen schema names against the op's fusejit
+signature (fj_op_schema): tensor arguments and scalars standing for tensors
+become operands, the others attributes, with IR.md §3's renames (a reduction's
+`dim` list is `dims`, `size` is `shape`, `fill_value` is `value`). Arguments
+fusejit has no use for (device, layout, pin_memory, memory_format ...) are
+dropped. An op fusejit lacks raises UnsupportedOp naming every such op of the
+graph. Shapes and dtypes come from node.meta ('val' or 'tensor_meta').
+"""
+import math
+import operator
+
+import torch
+
+DTYPES = {
+    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "bool",
+}
+
+# ATen names fusejit spells differently, and arguments always dropped.
+RENAME_OP = {"rsub": "sub", "empty_like": "zeros_like", "fill": "full_like", "empty": "zeros"}
+DROP = {"device", "layout", "pin_memory", "memory_format", "non_blocking", "generator", "copy"}
+
+
+class _Downstream(Exception):
+    """An operand whose node was itself unsupported (reported there)."""
+
+
+class UnsupportedOp(NotImplementedError):
+    def __init__(self, ops):
+        self.ops = sorted(set(ops))
+        super().__init__("fusejit does not support: " + ", ".join(self.ops))
+
+
+def fmt_number(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    r = repr(v)
+    if "e" in r and "." not in r.split("e")[0]:
+        return r  # 1e-05 is valid (INT EXP)
+    if "." not in r and "e" not in r:
+        r += ".0"
+    if r.endswith("."):
+        r += "0"
+    return r
+
+
+def fmt_attr(v):
+    if v is None:
+        return "none"
+    if isinstance(v, torch.dtype):
+        return DTYPES[v]
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple, torch.Size)):
+        return "[" + ", ".join(fmt_attr(x) for x in v) + "]"
+    if isinstance(v, (bool, int, float)):
+        return fmt_number(v)
+    if hasattr(v, "node") or type(v).__name__ in ("SymInt", "SymFloat"):
+        raise UnsupportedOp(["symbolic size %s" % v])
+    raise UnsupportedOp(["attribute value %r" % (v,)])
+
+
+def meta_type(node):
+    """(dtype, shape) of a node's value from its meta, or None."""
+    m = node.meta
+    v = m.get("val", None)
+    if v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):
+        return v.dtype, tuple(int(s) for s in v.shape)
+    tm = m.get("tensor_meta", None)
+    if tm is not None and hasattr(tm, "shape"):
+        return tm.dtype, tuple(int(s) for s in tm.shape)
+    return None
+
+
+def fmt_type(dtype, shape):
+    return "%s[%s]" % (DTYPES[dtype], ",".join(str(s) for s in shape))
+
+
+def _ir_name(n):
+    return "%" + n
+
+
+class Converter:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._schemas = {}
+
+    def schema(self, op):
+        if op not in self._schemas:
+            self._schemas[op] = self.ctx.op_schema(op)
+        return self._schemas[op]
+
+    def convert(self, gm, name="main", params=None, results=None, graph_attrs=None, nograd=()):
+        """Text of one graph @name. params: the placeholder nodes to take, in order (default: all);
+        results: the nodes to return (default: the output node's, flattened; None entries raise);
+        nograd: names of parameters to mark {nograd}."""
+        g = gm.graph
+        places = [n for n in g.nodes if n.op == "placeholder"]
+        if params is None:
+            params = places
+        self.names = {}
+        self.failed = set()
+        lines = []
+        unsupported = []
+        ps = []
+        for p in params:
+            t = meta_type(p)
+            if t is None or t[0] not in DTYPES:
+                raise UnsupportedOp(["input %s (not a tensor of a supported dtype)" % p.name])
+            self.names[p] = _ir_name(p.name)
+            ps.append("%s: %s%s" % (_ir_name(p.name), fmt_type(*t), " {nograd}" if p.name in nograd else ""))
+        for n in g.nodes:
+            if n.op in ("placeholder", "output"):
+                continue
+            if n.op == "call_function" and n.target is operator.getitem:
+                src, idx = n.args
+                self.names[n] = self.names[src][idx] if isinstance(self.names.get(src), list) else None
+                continue
+            if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+                unsupported.append("%s %s" % (n.op, getattr(n.target, "__name__", n.target)))
+                self.failed.add(n)
+                continue
+            try:
+                line = self.node(n)
+            except UnsupportedOp as e:
+                unsupported.extend(e.ops)
+                self.failed.add(n)
+                continue
+            except _Downstream:
+                self.failed.add(n)
+                continue
+            if line:
+                lines.append(line)
+        if unsupported:
+            raise UnsupportedOp(unsupported)
+        if results is None:
+            out = [n for n in g.nodes if n.op == "output"][0].args[0]
+            results = list(out) if isinstance(out, (list, tuple)) else [out]
+        rs = []
+        for r in results:
+            if isinstance(r, torch.fx.Node):
+                v = self.names.get(r)
+                if v is None or isinstance(v, list):
+                    raise UnsupportedOp(["returning %s" % r.name])
+                rs.append(v)
+            elif isinstance(r, (bool, int, float)):
+                rs.append(fmt_number(r))
+            else:
+                raise UnsupportedOp(["returning %r" % (r,)])
+        attrs = ""
+        if graph_attrs:
+            attrs = " {" + ", ".join("%s=%s" % (k, fmt_attr(v)) for k, v in graph_attrs.items()) + "}"
+        body = "".join("  %s\n" % l for l in lines)
+        return "graph @%s(%s)%s {\n%sreturn %s\n}\n" % (name, ", ".join(ps), attrs, body + "  ", ", ".join(rs))
+
+    def operand(self, v, what):
+        if v is None:
+            return "none"
+        if isinstance(v, torch.fx.Node):
+            if v in self.failed or (v.op == "call_function" and v.target is operator.getitem and v.args[0] in self.failed):
+                raise _Downstream()
+            r = self.names.get(v)
+            if r is None or isinstance(r, list):
+                raise UnsupportedOp(["%s: operand %s" % (what, v.name)])
+            return r
+        if isinstance(v, (bool, int, float)):
+            return fmt_number(v)
+        raise UnsupportedOp(["%s: operand %r" % (what, v)])
+
+    def node(self, n):
+        schema = n.target._schema
+        base = schema.name.split("::")[-1]
+        ns = schema.name.split("::")[0]
+        full = "%s.%s" % (ns, base)
+        if ns != "aten":
+            raise UnsupportedOp([str(n.target)])
+        base = RENAME_OP.get(base, base)
+        op = "aten." + base
+        sig = self.schema(op)
+        if sig is None:
+            raise UnsupportedOp([str(n.target)])
+        opnames = [o.rstrip("?*+") for o in sig["operands"]]
+        variadic = [o.endswith(("*", "+")) for o in sig["operands"]]
+        attrs = sig["attributes"]
+        # bind the FX call's arguments to the ATen schema's names
+        bound = {}
+        for a, v in zip(schema.arguments, n.args):
+            bound[a.name] = v
+        for k, v in n.kwargs.items():
+            bound[k] = v
+        if full == "aten.rsub":  # other - alpha * self
+            bound["self"], bound["other"] = bound.get("other"), bound.get("self")
+        operands = [None] * len(opnames)
+        given = [False] * len(opnames)
+        out_attrs = []
+        for aname, v in bound.items():
+            if aname in opnames:
+                i = opnames.index(aname)
+                if variadic[i]:
+                    operands[i] = ", ".join(self.operand(x, op) for x in v)
+                else:
+                    operands[i] = self.operand(v, op)
+                given[i] = True
+                continue
+            target = aname
+            if aname == "dim" and "dims" in attrs and "dim" not in attrs:
+                target = "dims"
+                if isinstance(v, int):
+                    v = [v]
+            elif aname == "size" and "shape" in attrs and "size" not in attrs:
+                target = "shape"
+            elif aname == "fill_value" and "value" in attrs:
+                target = "value"
+            if target in attrs:
+                if v is None:
+                    continue
+                if isinstance(v, torch.fx.Node):
+                    raise UnsupportedOp(["%s: a tensor for attribute %s" % (op, target)])
+                out_attrs.append((target, v))
+            elif aname in DROP or v is None:
+                continue
+            else:
+                raise UnsupportedOp(["%s: argument %s" % (str(n.target), aname)])
+        # trailing operands left out; a missing one in the middle is `none`
+        last = max([i for i, g in enumerate(given) if g], default=-1)
+        ops = [operands[i] if given[i] else "none" for i in range(last + 1)]
+        attrs_text = ""
+        if out_attrs:
+            attrs_text = " {" + ", ".join("%s=%s" % (k, fmt_attr(v)) for k, v in out_attrs) + "}"
+        nres = len(sig["results"])
+        if nres == 1:
+            res = _ir_name(n.name)
+            self.names[n] = res
+        else:
+            res_list = [_ir_name("%s.%d" % (n.name, i)) for i in range(nres)]
+            self.names[n] = res_list
+            res = ", ".join(res_list)
+        return "%s = %s(%s)%s" % (res, op, ", ".join(ops), attrs_text)
+
+
+def ensure_meta(gm, example_inputs):
+    """Fills tensor_meta by running the graph once when nodes lack shapes."""
+    need = any(meta_type(n) is None for n in gm.graph.nodes
+               if n.op == "placeholder" or (n.op == "call_function" and n.target is not operator.getitem))
+    if need:
+        from torch.fx.passes.shape_prop import ShapeProp
+        ShapeProp(gm).propagate(*example_inputs)

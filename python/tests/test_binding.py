@@ -1,0 +1,80 @@
+"""The ctypes binding on NumPy arrays (no PyTorch needed)."""
+import threading
+
+import numpy as np
+import pytest
+
+import fusejit
+
+TEXT = """
+graph @main(%x: f32[N,4], %w: f32[4]) {
+  %h = aten.mul(%x, %w)
+  %y = aten.tanh(%h)
+  %s = aten.sum(%y) {dims=[1]}
+  return %y, %s
+}
+"""
+
+
+def test_version_and_run():
+    assert fusejit.version().count(".") == 2
+    ctx = fusejit.Context()
+    p = ctx.compile(TEXT, executor="host")
+    assert p.info["input"] == [("x", "f32[N,4]"), ("w", "f32[4]")]
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    w = np.array([1, -2, 0.5, 3], np.float32)
+    y, s = p.run(x, w)
+    np.testing.assert_allclose(y, np.tanh(x * w), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s, np.tanh(x * w).sum(1), rtol=1e-5)
+    # strided input (a transposed view)
+    xt = np.ascontiguousarray(x.T).T
+    y2, _ = p.run(xt, w)
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_errors():
+    ctx = fusejit.Context()
+    with pytest.raises(fusejit.FusejitError, match="FJ_ERR_PARSE"):
+        ctx.parse("graph @main( {")
+    p = ctx.compile(TEXT, executor="aten")
+    with pytest.raises(fusejit.FusejitError, match="dtype"):
+        p.run(np.zeros((3, 4), np.float64), np.zeros(4, np.float32))
+    with pytest.raises(fusejit.FusejitError, match="nvptx"):
+        ctx.compile(TEXT, executor="nvptx")
+
+
+def test_training_program():
+    ctx = fusejit.Context()
+    p = ctx.compile("graph @f(%x: f32[3] {nograd}, %w: f32[3]) {\n %y = aten.mul(%x, %w)\n"
+                    " %z = aten.sin(%y)\n %s = aten.sum(%z)\n return %s\n}\n", training=True, executor="host")
+    x = np.array([0.1, 0.2, 0.3], np.float32)
+    w = np.array([1.0, 2.0, 3.0], np.float32)
+    (s,), saved = p.forward(x, w)
+    assert len(saved) == len(p.info["saved"]) and saved.nbytes > 0
+    (gw,) = p.backward(saved, np.float32(1.0))
+    assert p.info["gradient"][0][0] == "w"
+    np.testing.assert_allclose(s, np.sin(x * w).sum(), rtol=1e-6)
+    np.testing.assert_allclose(gw, np.cos(x * w) * x, rtol=1e-5)
+
+
+def test_threads():
+    ctx = fusejit.Context()
+    p = ctx.compile(TEXT, executor="host")
+    x = np.random.RandomState(0).rand(64, 4).astype(np.float32)
+    w = np.ones(4, np.float32)
+    want = p.run(x, w)[0]
+    errs = []
+
+    def work():
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(p.run(x, w)[0], want)
+        except Exception as e:  # pragma: no cover
+            errs.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs

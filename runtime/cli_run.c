@@ -1,0 +1,1355 @@
+/* cli_run.c -- fusejit-run (IR.md §5): parse a module, pick a graph, bind its
+ * inputs (.npy files or seeded random data), run it on an executor, and
+ * report, check, benchmark and write its outputs.
+ *
+ * Every failure is one message on stderr, `fusejit-run: error: ...` or
+ * `file:line:col: error: ...`, and exit status 1; outputs are written to
+ * temporary files and renamed only once everything has succeeded, so a failed
+ * run leaves nothing behind. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend_host/host.h"
+#include "frontend/frontend.h"
+#include "passes/pass.h"
+#include "runtime/cli.h"
+#include "runtime/npy.h"
+#include "runtime/program.h"
+#include "runtime/program_nvptx.h"
+#include "backend_nvptx/cuda.h"
+
+#define TOOL "fusejit-run"
+
+static const char usage_text[] =
+	"usage: fusejit-run FILE [options]\n"
+	"\n"
+	"Runs a graph of a .fj module (@main, else the first; FILE - reads stdin) and\n"
+	"reports its outputs: name, dtype, shape, the first values, min/max/mean.\n"
+	"\n"
+	"  --graph=@NAME           the graph to run\n"
+	"  --executor=EXEC         auto (default), host, aten or nvptx:\n"
+	"                            aten  the reference: one kernel per op, one thread\n"
+	"                            host  fused host code: the default pipeline, then one\n"
+	"                                  vectorised loop nest per fusion.kernel, on all cores\n"
+	"                                  (FUSEJIT_THREADS overrides)\n"
+	"                            nvptx fused PTX through the CUDA driver (libcuda.so.1, a GPU)\n"
+	"                            auto  nvptx with a CUDA driver and GPU, else host\n"
+	"  --input NAME=FILE.npy   a parameter's value (others are seeded random data:\n"
+	"                          floats in [-1,1), integers in [0,10), valid indices)\n"
+	"  --dim SYM=INT           the size of a symbol no input fixes\n"
+	"  --seed=S                the random inputs' seed (default 0)\n"
+	"  --output-dir=DIR        write each output to DIR/<name>.npy (a literal or a value\n"
+	"                          returned twice: DIR/out<i>.npy); nothing when the run fails\n"
+	"  --check=aten            also run on aten; print each output's relative L2 error and\n"
+	"                          fail above f32 1e-5, f16 1e-3, bf16 1e-2, f64 1e-12, ints exact\n"
+	"  --bench                 time the run (median after warm-up) against a memcpy of the\n"
+	"                          same bytes; print ms, GB/s, memcpy GB/s and memcpy_ratio\n"
+	"                          (env FUSEJIT_BENCH_REPS=N: exactly N timed runs)\n"
+	"  --json                  print one JSON object instead of text\n"
+	"  --train                 training: autodiff + min-cut partition, then the forward\n"
+	"                          and the backward graph; writes DIR/grad_<param>.npy for\n"
+	"                          each parameter that gets a gradient (and the outputs)\n"
+	"  --tangent NAME=FILE.npy the tangent of output NAME (its file stem) for --train\n"
+	"                          (others: seeded random)\n"
+	"  --help                  this text\n";
+
+typedef struct kv {
+	const char *name, *value;
+} kv;
+
+typedef struct run_opts {
+	const char *file;
+	const char *graph;
+	const char *executor;
+	uint64_t seed;
+	const char *outdir;
+	bool check, json, bench, train;
+	kv *inputs;
+	size_t ninputs;
+	fj_rt_dimarg *dims;
+	size_t ndims;
+	kv *tangents;
+	size_t ntangents;
+} run_opts;
+
+static int errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int errorf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs(TOOL ": error: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 1;
+}
+
+/* Prints the context's diagnostics; returns 1. */
+static int report(fj_context *ctx, fj_status st)
+{
+	size_t n = fj_context_diagnostic_count(ctx);
+	bool any = false;
+	for (size_t i = 0; i < n; i++) {
+		const fj_diagnostic *d = fj_context_diagnostic(ctx, i);
+		char buf[1400];
+		fj_format_diagnostic(d, buf, sizeof buf);
+		if (d->file)
+			fprintf(stderr, "%s\n", buf);
+		else
+			fprintf(stderr, TOOL ": %s\n", buf);
+		any |= d->severity == FJ_SEV_ERROR;
+	}
+	if (!any) {
+		const char *e = fj_context_error(ctx);
+		if (e && *e)
+			fprintf(stderr, TOOL ": %s\n", e);
+		else
+			errorf("failed (%s)", fj_status_name(st));
+	}
+	fj_context_clear_diagnostics(ctx);
+	return 1;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static bool parse_i64(const char *s, int64_t *out)
+{
+	if (!s || !*s)
+		return false;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || *end)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* ---- arguments ---- */
+
+static int parse_args(int argc, char **argv, run_opts *o, bool *help)
+{
+	bool flags_done = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!flags_done && strcmp(a, "--") == 0) {
+			flags_done = true;
+			continue;
+		}
+		if (!flags_done && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+			*help = true;
+			return 0;
+		}
+		if (flags_done || a[0] != '-' || a[1] == 0) {
+			if (o->file)
+				return errorf("more than one input file: '%s' and '%s'", o->file, a);
+			o->file = a;
+			continue;
+		}
+		if (a[1] != '-')
+			return errorf("unknown option '%s' (see --help)", a);
+		const char *name = a + 2;
+		const char *eq = strchr(name, '=');
+		size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+		const char *val = eq ? eq + 1 : NULL;
+#define IS(s) (nlen == strlen(s) && memcmp(name, s, nlen) == 0)
+		if (IS("json") || IS("bench") || IS("train")) {
+			if (val)
+				return errorf("option --%.*s takes no value", (int)nlen, name);
+			if (IS("json"))
+				o->json = true;
+			else if (IS("bench"))
+				o->bench = true;
+			else
+				o->train = true;
+			continue;
+		}
+		if (!(IS("graph") || IS("executor") || IS("input") || IS("dim") || IS("seed") || IS("output-dir") ||
+		      IS("check") || IS("tangent")))
+			return errorf("unknown option '--%.*s' (see --help)", (int)nlen, name);
+		if (!val) {
+			if (i + 1 >= argc)
+				return errorf("option --%.*s needs a value", (int)nlen, name);
+			val = argv[++i];
+		}
+		if (IS("graph")) {
+			o->graph = val[0] == '@' ? val + 1 : val;
+			if (!*o->graph)
+				return errorf("--graph needs a graph name, as --graph=@main");
+		} else if (IS("executor")) {
+			o->executor = val;
+		} else if (IS("seed")) {
+			char *end;
+			errno = 0;
+			unsigned long long s = strtoull(val, &end, 10);
+			if (errno || *end || !*val || val[0] == '-')
+				return errorf("--seed: '%s' is not a non-negative integer", val);
+			o->seed = s;
+		} else if (IS("output-dir")) {
+			if (!*val)
+				return errorf("--output-dir needs a directory");
+			o->outdir = val;
+		} else if (IS("check")) {
+			if (strcmp(val, "aten") != 0)
+				return errorf("--check=%s: only --check=aten is supported", val);
+			o->check = true;
+		} else {
+			const char *e2 = strchr(val, '=');
+			if (!e2 || e2 == val || !e2[1])
+				return errorf("--%.*s needs NAME=%s, got '%s'", (int)nlen, name,
+				              IS("dim") ? "INT" : "FILE.npy", val);
+			size_t kl = (size_t)(e2 - val);
+			char *key = malloc(kl + 1);
+			if (!key)
+				return errorf("out of memory");
+			memcpy(key, val, kl);
+			key[kl] = 0;
+			if (IS("tangent")) {
+				o->tangents[o->ntangents].name = key;
+				o->tangents[o->ntangents].value = e2 + 1;
+				o->ntangents++;
+			} else if (IS("input")) {
+				o->inputs[o->ninputs].name = key[0] == '%' ? key + 1 : key;
+				o->inputs[o->ninputs].value = e2 + 1;
+				if (key[0] == '%') {
+					memmove(key, key + 1, kl);
+					o->inputs[o->ninputs].name = key;
+				}
+				o->ninputs++;
+			} else {
+				int64_t v;
+				if (!parse_i64(e2 + 1, &v) || v < 0) {
+					free(key);
+					return errorf("--dim %s: '%s' is not a size (a non-negative integer)", val, e2 + 1);
+				}
+				o->dims[o->ndims].name = key;
+				o->dims[o->ndims].value = v;
+				o->ndims++;
+			}
+		}
+#undef IS
+	}
+	return 0;
+}
+
+/* ---- random inputs ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+typedef struct rng {
+	uint64_t s[4];
+} rng;
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(rng *r) /* xoshiro256** */
+{
+	uint64_t *s = r->s;
+	uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return out;
+}
+
+/* One stream per (seed, parameter name): giving one input by file leaves the
+ * others' random data unchanged. */
+static void rng_init(rng *r, uint64_t seed, const char *param)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const char *c = param; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	uint64_t sm = seed ^ rotl(h, 17);
+	for (int i = 0; i < 4; i++)
+		r->s[i] = splitmix64(&sm);
+}
+
+/* bound > 0: indices in [0, bound); bound == 0: an empty indexed dim (zeros). */
+static void fill_random(fj_rt_tensor *t, uint64_t seed, const char *param, int64_t bound)
+{
+	rng r;
+	rng_init(&r, seed, param);
+	int64_t n = fj_rt_tensor_numel(t);
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t x = rng_next(&r);
+		if (fj_dtype_is_float(t->dtype)) {
+			double u = (double)(x >> 11) * 0x1.0p-53;
+			double v = -1.0 + 2.0 * u;
+			fj_rt_store_f64(t->data, t->dtype, i, v);
+			if (fj_rt_load_f64(t->data, t->dtype, i) >= 1.0) /* rounded up in f16/bf16 */
+				fj_rt_store_f64(t->data, t->dtype, i, t->dtype == FJ_DT_F16 ? 0.99951171875 : 0.99609375);
+		} else if (fj_dtype_is_bool(t->dtype)) {
+			((uint8_t *)t->data)[i] = (uint8_t)(x >> 63);
+		} else {
+			int64_t lim = bound >= 0 ? bound : 10;
+			int64_t v = lim > 0 ? (int64_t)((x >> 1) % (uint64_t)lim) : 0;
+			if (t->dtype == FJ_DT_I64)
+				((int64_t *)t->data)[i] = v;
+			else
+				fj_rt_store_f64(t->data, t->dtype, i, (double)v);
+		}
+	}
+}
+
+static int opnd_index(const fj_opinfo *oi, const char *name)
+{
+	for (int i = 0; i < oi->noperands; i++)
+		if (strcmp(oi->operands[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* For each parameter used directly as an index operand, the size of the dim
+ * it indexes (the smallest one, if several); -1 for the others. */
+static void index_bounds(fj_context *ctx, const fj_graph *g, const fj_rt_program *p, int64_t *bound)
+{
+	for (uint32_t i = 0; i < g->nparams; i++)
+		bound[i] = -1;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		const fj_node *n = &g->nodes[i];
+		const fj_opinfo *oi = fj_op_info(ctx, n->op);
+		int ix = opnd_index(oi, "index");
+		int src = 0;
+		int64_t dimsz = -1;
+		if (ix < 0 && (ix = opnd_index(oi, "indices")) >= 0) {
+			src = opnd_index(oi, "weight");
+			if (src < 0) { /* embedding_dense_backward: num_weights */
+				const fj_attr *a = fj_node_attr(ctx, n, "num_weights");
+				if (fj_op_attr_index(oi, "num_weights", 11) >= 0 && a && a->kind == FJ_AK_INT)
+					dimsz = a->u.i;
+			} else if ((uint32_t)src < n->nopnds && n->opnds[src] != FJ_NOVAL &&
+			           g->values[n->opnds[src]].type.rank >= 1) {
+				dimsz = fj_rt_program_value_dims(p, n->opnds[src])[0];
+			}
+		} else if (ix < 0 && (ix = opnd_index(oi, "target")) >= 0) {
+			src = opnd_index(oi, "self");
+			if (src >= 0 && (uint32_t)src < n->nopnds && n->opnds[src] != FJ_NOVAL) {
+				const fj_type *t = &g->values[n->opnds[src]].type;
+				if (t->rank >= 1)
+					dimsz = fj_rt_program_value_dims(p, n->opnds[src])[t->rank >= 2 ? 1 : 0];
+			}
+		} else if (ix >= 0) {
+			src = 0;
+			if (n->nopnds > 0 && n->opnds[0] != FJ_NOVAL && fj_op_attr_index(oi, "dim", 3) >= 0) {
+				const fj_type *t = &g->values[n->opnds[0]].type;
+				int64_t d = fj_attr_as_int(fj_node_attr(ctx, n, "dim"));
+				if (d < 0)
+					d += t->rank;
+				if (d >= 0 && d < t->rank)
+					dimsz = fj_rt_program_value_dims(p, n->opnds[0])[d];
+				else if (t->rank == 0)
+					dimsz = 1;
+			}
+		}
+		if (ix < 0 || (uint32_t)ix >= n->nopnds || dimsz < 0)
+			continue;
+		fj_vid v = n->opnds[ix];
+		if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_PARAM)
+			continue;
+		uint32_t pi = g->values[v].def;
+		if (bound[pi] < 0 || dimsz < bound[pi])
+			bound[pi] = dimsz;
+	}
+}
+
+/* ---- reporting ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+	if (isfinite(v))
+		fprintf(f, "%.17g", v);
+	else
+		fputs("null", f);
+}
+
+static void print_value(FILE *f, const fj_rt_tensor *t, int64_t i)
+{
+	if (fj_dtype_is_float(t->dtype))
+		fprintf(f, "%.6g", fj_rt_load_f64(t->data, t->dtype, i));
+	else if (fj_dtype_is_bool(t->dtype))
+		fputs(((const uint8_t *)t->data)[i] ? "true" : "false", f);
+	else if (t->dtype == FJ_DT_I64)
+		fprintf(f, "%lld", (long long)((const int64_t *)t->data)[i]);
+	else
+		fprintf(f, "%.0f", fj_rt_load_f64(t->data, t->dtype, i));
+}
+
+static void print_summary(FILE *f, const fj_rt_tensor *t)
+{
+	int64_t n = fj_rt_tensor_numel(t);
+	if (n == 0) {
+		fprintf(f, "  (empty)\n");
+		return;
+	}
+	fprintf(f, "  [");
+	int64_t show = n < 8 ? n : 8;
+	for (int64_t i = 0; i < show; i++) {
+		if (i)
+			fputs(", ", f);
+		print_value(f, t, i);
+	}
+	fprintf(f, "%s]\n", n > show ? ", ..." : "");
+	double mn = INFINITY, mx = -INFINITY, sum = 0;
+	int64_t nnan = 0, ninf = 0, nfin = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double v = fj_rt_load_f64(t->data, t->dtype, i);
+		if (isnan(v)) {
+			nnan++;
+			continue;
+		}
+		if (isinf(v)) {
+			ninf++;
+			continue;
+		}
+		mn = v < mn ? v : mn;
+		mx = v > mx ? v : mx;
+		sum += v;
+		nfin++;
+	}
+	if (nfin)
+		fprintf(f, "  min %.6g  max %.6g  mean %.6g", mn, mx, sum / (double)nfin);
+	else
+		fprintf(f, "  no finite values");
+	if (nnan || ninf)
+		fprintf(f, "  (%lld NaN, %lld inf left out)", (long long)nnan, (long long)ninf);
+	fputc('\n', f);
+}
+
+/* ---- bench ---- */
+
+typedef struct copy_arg {
+	char *dst;
+	const char *src;
+} copy_arg;
+
+static int32_t copy_task(void *arg, int64_t lo, int64_t hi)
+{
+	copy_arg *c = arg;
+	memcpy(c->dst + lo, c->src + lo, (size_t)(hi - lo));
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+typedef struct bench_result {
+	double median_ms, copy_ms;
+	int reps;
+	size_t bytes;
+} bench_result;
+
+static fj_status bench(fj_context *ctx, fj_rt_program *p, const fj_rt_tensor *const *in, fj_rt_tensor *out,
+                       bench_result *br)
+{
+	const fj_graph *g = fj_rt_program_graph(p);
+	size_t bytes = 0;
+	for (uint32_t i = 0; i < g->nparams; i++)
+		bytes += in[i]->nbytes;
+	for (uint32_t k = 0; k < g->nresults; k++)
+		bytes += out[k].nbytes;
+	br->bytes = bytes;
+	/* warm-up */
+	double t0 = now_ms();
+	fj_status st = FJ_OK;
+	int warm = 0;
+	do {
+		st = fj_rt_program_run(p, in, out);
+		warm++;
+	} while (st == FJ_OK && warm < 3 && now_ms() - t0 < 200);
+	if (st != FJ_OK)
+		return st;
+	double one = (now_ms() - t0) / warm;
+	int reps = one > 0 ? (int)(500.0 / one) : 1000;
+	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;
+	/* FUSEJIT_BENCH_REPS=N: exactly N timed runs (bench/run: few for slow executors) */
+	const char *env_reps = getenv("FUSEJIT_BENCH_REPS");
+	if (env_reps && atoi(env_reps) > 0)
+		reps = atoi(env_reps) > 1000 ? 1000 : atoi(env_reps);
+	double *times = malloc((size_t)reps * sizeof *times);
+	if (!times)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	for (int r = 0; r < reps && st == FJ_OK; r++) {
+		double a = now_ms();
+		st = fj_rt_program_run(p, in, out);
+		times[r] = now_ms() - a;
+	}
+	if (st != FJ_OK) {
+		free(times);
+		return st;
+	}
+	qsort(times, (size_t)reps, sizeof *times, cmp_double);
+	br->median_ms = reps % 2 ? times[reps / 2] : (times[reps / 2 - 1] + times[reps / 2]) / 2;
+	br->reps = reps;
+	/* the copy: bytes/2 read, bytes/2 written, with the host executor's threads */
+	size_t half = bytes / 2;
+	char *src = fj_rt_aligned_alloc(half), *dst = fj_rt_aligned_alloc(half);
+	if (!src || !dst) {
+		fj_rt_aligned_free(src);
+		fj_rt_aligned_free(dst);
+		free(times);
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	}
+	memset(src, 1, half);
+	memset(dst, 0, half);
+	int threads = fj_host_thread_count(ctx);
+	copy_arg ca = {dst, src};
+	for (int r = 0; r < 3; r++)
+		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
+	for (int r = 0; r < reps; r++) {
+		double a = now_ms();
+		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
+		times[r] = now_ms() - a;
+	}
+	qsort(times, (size_t)reps, sizeof *times, cmp_double);
+	br->copy_ms = reps % 2 ? times[reps / 2] : (times[reps / 2 - 1] + times[reps / 2]) / 2;
+	fj_rt_aligned_free(src);
+	fj_rt_aligned_free(dst);
+	free(times);
+	return FJ_OK;
+}
+
+static bool ensure_dir(const char *dir);
+
+/* ---- --train ---- */
+
+/* One graph's program with its inputs and outputs, for --train. */
+typedef struct phase {
+	fj_graph *g;
+	fj_rt_program *p;
+	fj_rt_tensor *own;          /* inputs this phase allocated (random, files) */
+	const fj_rt_tensor **in;
+	const char **origin;
+	fj_rt_tensor *out;
+} phase;
+
+static void phase_free(phase *ph)
+{
+	for (uint32_t i = 0; ph->g && ph->own && i < ph->g->nparams; i++)
+		fj_rt_tensor_free(&ph->own[i]);
+	for (uint32_t k = 0; ph->g && ph->out && k < ph->g->nresults; k++)
+		fj_rt_tensor_free(&ph->out[k]);
+	free(ph->own);
+	free(ph->in);
+	free(ph->origin);
+	free(ph->out);
+	fj_rt_program_destroy(ph->p);
+	memset(ph, 0, sizeof *ph);
+}
+
+static fj_status phase_alloc(fj_context *ctx, phase *ph, fj_graph *g)
+{
+	ph->g = g;
+	uint32_t np = g->nparams ? g->nparams : 1, nr = g->nresults ? g->nresults : 1;
+	ph->own = calloc(np, sizeof *ph->own);
+	ph->in = calloc(np, sizeof *ph->in);
+	ph->origin = calloc(np, sizeof *ph->origin);
+	ph->out = calloc(nr, sizeof *ph->out);
+	if (!ph->own || !ph->in || !ph->origin || !ph->out)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	return FJ_OK;
+}
+
+/* Compiles and binds a phase whose given inputs are set, fills the others
+ * with seeded random data (salted by `salt`, so tangents differ from
+ * primals of the same name) and runs it. */
+static fj_status phase_run(fj_context *ctx, phase *ph, fj_rt_executor ex, const run_opts *o, const char *salt)
+{
+	fj_graph *g = ph->g;
+	fj_status st = fj_rt_program_create(ctx, g, ex, &ph->p);
+	if (st == FJ_OK)
+		st = fj_rt_program_bind(ph->p, ph->in, ph->origin, o->dims, o->ndims);
+	if (st != FJ_OK)
+		return st;
+	int64_t *bounds = calloc(g->nparams ? g->nparams : 1, sizeof *bounds);
+	if (!bounds)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	index_bounds(ctx, g, ph->p, bounds);
+	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++) {
+		if (ph->in[i])
+			continue;
+		const fj_value *pv = &g->values[g->params[i]];
+		st = fj_rt_tensor_alloc(ctx, &ph->own[i], pv->type.dtype, pv->type.rank,
+		                        fj_rt_program_value_dims(ph->p, g->params[i]));
+		if (st == FJ_OK) {
+			char name[300];
+			snprintf(name, sizeof name, "%s%s", salt, pv->name);
+			fill_random(&ph->own[i], o->seed, name, bounds[i]);
+			ph->in[i] = &ph->own[i];
+		}
+	}
+	free(bounds);
+	if (st == FJ_OK)
+		st = fj_rt_program_run(ph->p, ph->in, ph->out);
+	return st;
+}
+
+/* A file name output, collected for --output-dir and --json. */
+typedef struct named_out {
+	char stem[300];
+	const fj_rt_tensor *t;
+	double relerr;
+	char *path, *tmp;
+} named_out;
+
+/* Runs autodiff + partition on the module, then @name.fw on the inputs and
+ * @name.bw on its saved values and the tangents (IR.md §5 --train). */
+static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run_opts *o, fj_rt_executor ex,
+                     const char *exname)
+{
+	char name[256], fwname[300], bwname[300];
+	snprintf(name, sizeof name, "%s", gname);
+	snprintf(fwname, sizeof fwname, "%s.fw", name);
+	snprintf(bwname, sizeof bwname, "%s.bw", name);
+	phase fw = {0}, bw = {0}, rfw = {0}, rbw = {0};
+	named_out *outs = NULL;
+	uint32_t nouts = 0;
+	int rc = 1;
+	fj_pipeline_opts po = {.verify_each = true};
+	fj_status st = fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition", &po);
+	if (st != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	fj_graph *gf = fj_module_find_graph(m, fwname), *gb = fj_module_find_graph(m, bwname);
+	if (!gf || !gb) {
+		errorf("--train: partition gave no @%s and @%s", fwname, bwname);
+		goto done;
+	}
+	uint32_t K = gf->num_fwd_outputs >= 0 ? (uint32_t)gf->num_fwd_outputs : 0;
+	uint32_t nsaved = gf->nresults - K;
+	if ((st = phase_alloc(ctx, &fw, gf)) != FJ_OK || (st = phase_alloc(ctx, &bw, gb)) != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	/* forward inputs: the primals, from files or random */
+	for (size_t k = 0; k < o->ninputs; k++) {
+		uint32_t i = 0;
+		while (i < gf->nparams && strcmp(gf->values[gf->params[i]].name, o->inputs[k].name) != 0)
+			i++;
+		if (i == gf->nparams) {
+			errorf("--input %s: graph @%s has no parameter %%%s", o->inputs[k].name, name, o->inputs[k].name);
+			goto done;
+		}
+		if ((st = fj_npy_read(ctx, o->inputs[k].value, &fw.own[i])) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		fw.in[i] = &fw.own[i];
+		fw.origin[i] = o->inputs[k].value;
+	}
+	if ((st = phase_run(ctx, &fw, ex, o, "")) != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	/* backward inputs: the saved values, then one tangent per floating output */
+	if (gb->nparams < nsaved) {
+		errorf("--train: @%s takes %u parameters for %u saved values", bwname, gb->nparams, nsaved);
+		goto done;
+	}
+	for (uint32_t i = 0; i < nsaved; i++)
+		bw.in[i] = &fw.out[K + i];
+	for (size_t t = 0; t < o->ntangents; t++) {
+		uint32_t i = nsaved;
+		for (; i < gb->nparams; i++) {
+			unsigned k;
+			if (sscanf(gb->values[gb->params[i]].name, "tangent_%u", &k) == 1 && k < K &&
+			    strcmp(gf->values[gf->results[k]].name, o->tangents[t].name) == 0)
+				break;
+		}
+		if (i == gb->nparams) {
+			errorf("--tangent %s: @%s has no floating-point output named %s", o->tangents[t].name, name,
+			       o->tangents[t].name);
+			goto done;
+		}
+		if ((st = fj_npy_read(ctx, o->tangents[t].value, &bw.own[i])) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		bw.in[i] = &bw.own[i];
+		bw.origin[i] = o->tangents[t].value;
+	}
+	if ((st = phase_run(ctx, &bw, ex, o, "tangent:")) != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	/* outputs: the forward's K outputs, then grad_<param> in parameter order */
+	outs = calloc(K + gb->nresults + 1, sizeof *outs);
+	if (!outs) {
+		errorf("out of memory");
+		goto done;
+	}
+	for (uint32_t k = 0; k < K; k++) {
+		/* named as without --train: out<i> for a literal or a value returned twice */
+		fj_vid v = gf->results[k];
+		const char *vn = gf->values[v].kind == FJ_VK_LITERAL ? NULL : gf->values[v].name;
+		for (uint32_t j = 0; vn && j < K; j++)
+			if (j != k && gf->results[j] == v)
+				vn = NULL;
+		for (uint32_t j = 0; vn && j < nouts; j++)
+			if (strcmp(outs[j].stem, vn) == 0)
+				vn = NULL;
+		if (vn)
+			snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "%s", vn);
+		else
+			snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "out%u", k);
+		outs[nouts++].t = &fw.out[k];
+	}
+	uint32_t gi = 0;
+	for (uint32_t i = 0; i < gf->nparams && gi < gb->nresults; i++) {
+		const fj_value *pv = &gf->values[gf->params[i]];
+		if (!fj_dtype_is_float(pv->type.dtype) || pv->nograd)
+			continue;
+		snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "grad_%s", pv->name);
+		outs[nouts++].t = &bw.out[gi++];
+	}
+	bool check_ok = true;
+	if (o->check) {
+		/* the same forward and backward graphs on the reference */
+		if ((st = phase_alloc(ctx, &rfw, gf)) != FJ_OK || (st = phase_alloc(ctx, &rbw, gb)) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		memcpy(rfw.in, fw.in, gf->nparams * sizeof *rfw.in);
+		memcpy(rbw.in, bw.in, gb->nparams * sizeof *rbw.in);
+		for (uint32_t i = 0; i < nsaved; i++)
+			rbw.in[i] = &rfw.out[K + i];
+		if ((st = phase_run(ctx, &rfw, FJ_RT_EXEC_ATEN, o, "")) != FJ_OK ||
+		    (st = phase_run(ctx, &rbw, FJ_RT_EXEC_ATEN, o, "tangent:")) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		for (uint32_t j = 0; j < nouts; j++) {
+			const fj_rt_tensor *ref = j < K ? &rfw.out[j] : &rbw.out[j - K];
+			bool placed;
+			outs[j].relerr = fj_rt_rel_l2(outs[j].t, ref, &placed);
+			if (!placed || !(outs[j].relerr <= fj_rt_tolerance(outs[j].t->dtype)))
+				check_ok = false;
+		}
+	}
+	bench_result bf = {0}, bb = {0};
+	if (o->bench) {
+		if ((st = bench(ctx, fw.p, fw.in, fw.out, &bf)) != FJ_OK ||
+		    (st = bench(ctx, bw.p, bw.in, bw.out, &bb)) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+	}
+	if (o->outdir && check_ok) {
+		if (!ensure_dir(o->outdir)) {
+			errorf("--output-dir %s: cannot create the directory: %s", o->outdir,
+			       errno ? strerror(errno) : "not a directory");
+			goto done;
+		}
+		for (uint32_t j = 0; j < nouts; j++) {
+			size_t len = strlen(o->outdir) + strlen(outs[j].stem) + 8;
+			outs[j].path = malloc(len);
+			if (!outs[j].path) {
+				errorf("out of memory");
+				goto done;
+			}
+			snprintf(outs[j].path, len, "%s/%s.npy", o->outdir, outs[j].stem);
+			if ((st = fj_npy_write_temp(ctx, outs[j].path, outs[j].t, &outs[j].tmp)) != FJ_OK) {
+				report(ctx, st);
+				goto done;
+			}
+		}
+		for (uint32_t j = 0; j < nouts; j++) {
+			st = fj_npy_commit(ctx, outs[j].tmp, outs[j].path);
+			outs[j].tmp = NULL;
+			if (st != FJ_OK) {
+				report(ctx, st);
+				goto done;
+			}
+		}
+	}
+	FILE *f = stdout;
+	if (o->json) {
+		fputs("{\"graph\": ", f);
+		json_str(f, name);
+		fprintf(f, ", \"executor\": \"%s\", \"outputs\": [", exname);
+		for (uint32_t j = 0; j < nouts; j++) {
+			fprintf(f, "%s{\"name\": ", j ? ", " : "");
+			json_str(f, outs[j].stem);
+			fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", fj_dtype_name(outs[j].t->dtype));
+			for (int d = 0; d < outs[j].t->rank; d++)
+				fprintf(f, "%s%lld", d ? ", " : "", (long long)outs[j].t->dims[d]);
+			fputc(']', f);
+			if (o->outdir && check_ok) {
+				fputs(", \"file\": ", f);
+				json_str(f, outs[j].path);
+			}
+			if (o->check) {
+				fputs(", \"rel_err\": ", f);
+				json_num(f, outs[j].relerr);
+			}
+			fputc('}', f);
+		}
+		fputc(']', f);
+		if (o->bench) {
+			/* forward and backward together */
+			double ms = bf.median_ms + bb.median_ms, cms = bf.copy_ms + bb.copy_ms;
+			size_t bytes = bf.bytes + bb.bytes;
+			fputs(", \"bench\": {\"median_ms\": ", f);
+			json_num(f, ms);
+			fprintf(f, ", \"bytes\": %zu, \"gbps\": ", bytes);
+			json_num(f, bytes / (ms * 1e-3) / 1e9);
+			fputs(", \"memcpy_gbps\": ", f);
+			json_num(f, bytes / (cms * 1e-3) / 1e9);
+			fputs(", \"memcpy_ratio\": ", f);
+			json_num(f, cms / ms);
+			fputc('}', f);
+		}
+		fputs("}\n", f);
+	} else {
+		fprintf(f, "@%s trained on %s: @%s (%u outputs, %u saved) and @%s, seed %llu\n", name, exname, fwname, K,
+		        nsaved, bwname, (unsigned long long)o->seed);
+		for (uint32_t j = 0; j < nouts; j++) {
+			char ty[300];
+			fj_rt_tensor_type_str(outs[j].t, ty, sizeof ty);
+			fprintf(f, "%s %s: %s\n", j < K ? "output" : "gradient", outs[j].stem, ty);
+			print_summary(f, outs[j].t);
+			if (o->check)
+				fprintf(f, "  vs aten: rel_err %.3g (tolerance %g): %s\n", outs[j].relerr,
+				        fj_rt_tolerance(outs[j].t->dtype),
+				        outs[j].relerr <= fj_rt_tolerance(outs[j].t->dtype) ? "ok" : "FAIL");
+			if (o->outdir && check_ok)
+				fprintf(f, "  written to %s\n", outs[j].path);
+		}
+		if (o->bench) {
+			const bench_result *b2[2] = {&bf, &bb};
+			for (int k = 0; k < 2; k++)
+				fprintf(f, "bench %s: median %.4f ms over %d runs, %zu bytes, %.3f GB/s; memcpy %.3f GB/s; "
+				           "memcpy_ratio %.3f\n",
+				        k ? "backward" : "forward", b2[k]->median_ms, b2[k]->reps, b2[k]->bytes,
+				        b2[k]->bytes / (b2[k]->median_ms * 1e-3) / 1e9,
+				        b2[k]->bytes / (b2[k]->copy_ms * 1e-3) / 1e9, b2[k]->copy_ms / b2[k]->median_ms);
+		}
+	}
+	if (!check_ok) {
+		fflush(stdout);
+		errorf("--check=aten: an output or gradient differs from aten beyond its dtype's tolerance%s",
+		       o->outdir ? " (no output written)" : "");
+		goto done;
+	}
+	rc = 0;
+done:
+	for (uint32_t j = 0; outs && j < nouts; j++) {
+		fj_npy_discard(outs[j].tmp);
+		free(outs[j].path);
+	}
+	free(outs);
+	/* the saved inputs of bw are fw's outputs: not bw's to free */
+	phase_free(&rbw);
+	phase_free(&rfw);
+	phase_free(&bw);
+	phase_free(&fw);
+	return rc;
+}
+
+/* ---- main ---- */
+
+static bool ensure_dir(const char *dir)
+{
+	struct stat sb;
+	if (stat(dir, &sb) == 0)
+		return S_ISDIR(sb.st_mode);
+	return mkdir(dir, 0777) == 0;
+}
+
+int fj_run_main(int argc, char **argv)
+{
+	run_opts o = {0};
+	o.executor = "auto";
+	o.inputs = calloc((size_t)argc + 1, sizeof *o.inputs);
+	o.dims = calloc((size_t)argc + 1, sizeof *o.dims);
+	o.tangents = calloc((size_t)argc + 1, sizeof *o.tangents);
+	fj_context *ctx = NULL;
+	fj_module *m = NULL;
+	fj_rt_program *prog = NULL, *ref = NULL;
+	fj_rt_tensor *in = NULL, *out = NULL, *refout = NULL;
+	const fj_rt_tensor **inp = NULL;
+	const char **origin = NULL;
+	char **stems = NULL, **paths = NULL, **tmps = NULL;
+	double *relerr = NULL;
+	uint32_t nparams = 0, nres = 0;
+	int rc = 1;
+	fj_status st = FJ_OK;
+	if (!o.inputs || !o.dims || !o.tangents) {
+		errorf("out of memory");
+		goto done;
+	}
+	bool help = false;
+	if (parse_args(argc, argv, &o, &help) != 0)
+		goto done;
+	if (help) {
+		fputs(usage_text, stdout);
+		rc = 0;
+		goto done;
+	}
+	fj_rt_executor ex;
+	const char *exname;
+	bool use_nv = false; /* the nvptx executor (program_nvptx.h) */
+	fj_rt_nvprog *nv = NULL;
+	if (strcmp(o.executor, "auto") == 0 || strcmp(o.executor, "host") == 0) {
+		/* auto: nvptx when a CUDA driver and a GPU are present; the NVPTX
+		 * backend is not in this build, so auto is host */
+		ex = FJ_RT_EXEC_HOST;
+		exname = "host";
+	} else if (strcmp(o.executor, "aten") == 0) {
+		ex = FJ_RT_EXEC_ATEN;
+		exname = "aten";
+	} else if (strcmp(o.executor, "nvptx") == 0) {
+		/* nvptx: fused PTX on the GPU; an aten program binds the inputs and
+		 * serves as the shape checker (nvptx.h, program_nvptx.h) */
+		ex = FJ_RT_EXEC_ATEN;
+		exname = "nvptx";
+		use_nv = true;
+	} else {
+		errorf("unknown executor '%s' (expected auto, host, aten or nvptx)", o.executor);
+		goto done;
+	}
+	if (o.train && use_nv) {
+		errorf("--train runs on host or aten in this build (the nvptx executor runs inference graphs)");
+		goto done;
+	}
+	if (o.ntangents && !o.train) {
+		errorf("--tangent needs --train");
+		goto done;
+	}
+	if (!o.file) {
+		errorf("no input file (usage: fusejit-run FILE [options]; see --help)");
+		goto done;
+	}
+	ctx = fj_context_create(NULL, NULL);
+	if (!ctx) {
+		errorf("out of memory");
+		goto done;
+	}
+	if (strcmp(o.file, "-") == 0) {
+		size_t cap = 1 << 16, len = 0;
+		char *text = malloc(cap);
+		for (size_t k; text && (k = fread(text + len, 1, cap - len, stdin)) > 0;) {
+			len += k;
+			if (len == cap) {
+				char *nt = realloc(text, cap * 2);
+				if (!nt) {
+					free(text);
+					text = NULL;
+				}
+				text = nt;
+				cap *= 2;
+			}
+		}
+		if (!text) {
+			errorf("out of memory reading stdin");
+			goto done;
+		}
+		st = fj_parse_module(ctx, text, len, "<stdin>", &m);
+		free(text);
+	} else {
+		st = fj_parse_file(ctx, o.file, &m);
+	}
+	if (st == FJ_OK)
+		st = fj_verify_module(m);
+	if (st != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	fj_graph *g;
+	if (o.graph) {
+		g = fj_module_find_graph(m, o.graph);
+		if (!g) {
+			errorf("%s has no graph named @%s", o.file, o.graph);
+			goto done;
+		}
+	} else {
+		if (m->ngraphs == 0) {
+			errorf("%s: no graph to run", o.file);
+			goto done;
+		}
+		g = fj_module_find_graph(m, "main");
+		if (!g)
+			g = m->graphs[0];
+	}
+	if (o.train) {
+		rc = run_train(ctx, m, g->name, &o, ex, exname);
+		goto done;
+	}
+	nparams = g->nparams;
+	nres = g->nresults;
+	in = calloc(nparams ? nparams : 1, sizeof *in);
+	inp = calloc(nparams ? nparams : 1, sizeof *inp);
+	origin = calloc(nparams ? nparams : 1, sizeof *origin);
+	out = calloc(nres ? nres : 1, sizeof *out);
+	refout = calloc(nres ? nres : 1, sizeof *refout);
+	stems = calloc(nres ? nres : 1, sizeof *stems);
+	paths = calloc(nres ? nres : 1, sizeof *paths);
+	tmps = calloc(nres ? nres : 1, sizeof *tmps);
+	relerr = calloc(nres ? nres : 1, sizeof *relerr);
+	if (!in || !inp || !origin || !out || !refout || !stems || !paths || !tmps || !relerr) {
+		errorf("out of memory");
+		goto done;
+	}
+
+	/* inputs from files */
+	for (size_t k = 0; k < o.ninputs; k++) {
+		uint32_t i = 0;
+		while (i < nparams && strcmp(g->values[g->params[i]].name, o.inputs[k].name) != 0)
+			i++;
+		if (i == nparams) {
+			char list[600] = "";
+			size_t len = 0;
+			for (uint32_t j = 0; j < nparams && len < sizeof list - 1; j++)
+				len += (size_t)snprintf(list + len, sizeof list - len, "%s%%%s", j ? ", " : "",
+				                        g->values[g->params[j]].name);
+			errorf("--input %s: graph @%s has no parameter %%%s (%s%s)", o.inputs[k].name, g->name,
+			       o.inputs[k].name, nparams ? "its parameters: " : "it has no parameters", list);
+			goto done;
+		}
+		if (inp[i]) {
+			errorf("--input %s is given twice", o.inputs[k].name);
+			goto done;
+		}
+		st = fj_npy_read(ctx, o.inputs[k].value, &in[i]);
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		inp[i] = &in[i];
+		origin[i] = o.inputs[k].value;
+	}
+
+	if (strcmp(o.executor, "auto") == 0 && !o.train && fj_cu_usable(ctx)) {
+		ex = FJ_RT_EXEC_ATEN;
+		exname = "nvptx";
+		use_nv = true;
+	}
+	double c0 = now_ms();
+	st = use_nv ? fj_rt_nvptx_create(ctx, g, &nv) : FJ_OK;
+	double compile_cold = now_ms() - c0;
+	if (st == FJ_OK)
+		st = fj_rt_program_create(ctx, g, ex, &prog);
+	if (!use_nv)
+		compile_cold = now_ms() - c0;
+	if (st == FJ_OK)
+		st = fj_rt_program_bind(prog, inp, origin, o.dims, o.ndims);
+	if (st != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	/* seeded random data for the others */
+	int64_t *bounds = calloc(nparams ? nparams : 1, sizeof *bounds);
+	if (!bounds) {
+		errorf("out of memory");
+		goto done;
+	}
+	index_bounds(ctx, g, prog, bounds);
+	for (uint32_t i = 0; i < nparams; i++) {
+		if (inp[i])
+			continue;
+		const fj_value *pv = &g->values[g->params[i]];
+		st = fj_rt_tensor_alloc(ctx, &in[i], pv->type.dtype, pv->type.rank,
+		                        fj_rt_program_value_dims(prog, g->params[i]));
+		if (st != FJ_OK) {
+			free(bounds);
+			report(ctx, st);
+			goto done;
+		}
+		fill_random(&in[i], o.seed, pv->name, bounds[i]);
+		inp[i] = &in[i];
+	}
+	free(bounds);
+
+	if (use_nv) {
+		st = fj_rt_nvptx_bind(nv, inp, origin, o.dims, o.ndims);
+		if (st == FJ_OK)
+			st = fj_rt_nvptx_run(nv, inp, out);
+	} else {
+		st = fj_rt_program_run(prog, inp, out);
+	}
+	if (st != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+
+	/* names of the outputs */
+	for (uint32_t k = 0; k < nres; k++) {
+		fj_vid v = g->results[k];
+		bool twice = false;
+		for (uint32_t j = 0; j < nres; j++)
+			twice |= j != k && g->results[j] == v;
+		char buf[64];
+		const char *name = g->values[v].name;
+		bool clash = false; /* a name some out<i> or an earlier output took */
+		for (uint32_t j = 0; name && j < k; j++)
+			clash |= strcmp(stems[j], name) == 0;
+		if (g->values[v].kind == FJ_VK_LITERAL || twice || !name || clash) {
+			snprintf(buf, sizeof buf, "out%u", k);
+			name = buf;
+		}
+		stems[k] = strdup(name);
+		if (!stems[k]) {
+			errorf("out of memory");
+			goto done;
+		}
+	}
+
+	bool check_ok = true;
+	if (o.check) {
+		st = fj_rt_program_create(ctx, g, FJ_RT_EXEC_ATEN, &ref);
+		if (st == FJ_OK)
+			st = fj_rt_program_bind(ref, inp, origin, o.dims, o.ndims);
+		if (st == FJ_OK)
+			st = fj_rt_program_run(ref, inp, refout);
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		for (uint32_t k = 0; k < nres; k++) {
+			bool placed;
+			relerr[k] = fj_rt_rel_l2(&out[k], &refout[k], &placed);
+			if (!placed || !(relerr[k] <= fj_rt_tolerance(out[k].dtype)))
+				check_ok = false;
+		}
+	}
+
+	bench_result br = {0};
+	if (o.bench && use_nv) {
+		fj_rt_nvptx_bench_result nb;
+		st = fj_rt_nvptx_bench(nv, inp, &nb);
+		br.median_ms = nb.median_ms;
+		br.copy_ms = nb.copy_ms;
+		br.reps = nb.reps;
+		br.bytes = nb.bytes;
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+	} else if (o.bench) {
+		st = bench(ctx, prog, inp, out, &br);
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+	}
+	double compile_warm = -1;
+	if (o.bench || o.json) {
+		fj_rt_program *again = NULL;
+		fj_rt_nvprog *nv_again = NULL;
+		double w0 = now_ms();
+		if (use_nv)
+			st = fj_rt_nvptx_create(ctx, g, &nv_again);
+		else
+			st = fj_rt_program_create(ctx, g, ex, &again);
+		compile_warm = now_ms() - w0;
+		fj_rt_program_destroy(again);
+		fj_rt_nvptx_destroy(nv_again);
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+	}
+
+	/* outputs: every file to a temporary first, renamed when all are written */
+	if (o.outdir && check_ok) {
+		if (!ensure_dir(o.outdir)) {
+			errorf("--output-dir %s: cannot create the directory: %s", o.outdir,
+			       errno ? strerror(errno) : "not a directory");
+			goto done;
+		}
+		for (uint32_t k = 0; k < nres; k++) {
+			size_t len = strlen(o.outdir) + strlen(stems[k]) + 8;
+			paths[k] = malloc(len);
+			if (!paths[k]) {
+				errorf("out of memory");
+				goto done;
+			}
+			snprintf(paths[k], len, "%s/%s.npy", o.outdir, stems[k]);
+			st = fj_npy_write_temp(ctx, paths[k], &out[k], &tmps[k]);
+			if (st != FJ_OK) {
+				report(ctx, st);
+				goto done;
+			}
+		}
+		for (uint32_t k = 0; k < nres; k++) {
+			st = fj_npy_commit(ctx, tmps[k], paths[k]);
+			tmps[k] = NULL;
+			if (st != FJ_OK) {
+				report(ctx, st);
+				goto done;
+			}
+		}
+	}
+
+	if (o.json) {
+		FILE *f = stdout;
+		fputs("{\"graph\": ", f);
+		json_str(f, g->name);
+		fprintf(f, ", \"executor\": \"%s\", \"outputs\": [", exname);
+		for (uint32_t k = 0; k < nres; k++) {
+			fprintf(f, "%s{\"name\": ", k ? ", " : "");
+			json_str(f, stems[k]);
+			fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", fj_dtype_name(out[k].dtype));
+			for (int d = 0; d < out[k].rank; d++)
+				fprintf(f, "%s%lld", d ? ", " : "", (long long)out[k].dims[d]);
+			fputc(']', f);
+			if (o.outdir && check_ok) {
+				fputs(", \"file\": ", f);
+				json_str(f, paths[k]);
+			}
+			if (o.check) {
+				fputs(", \"rel_err\": ", f);
+				json_num(f, relerr[k]);
+			}
+			fputc('}', f);
+		}
+		fputs("], \"compile_ms\": {\"cold\": ", f);
+		json_num(f, compile_cold);
+		fputs(", \"warm\": ", f);
+		json_num(f, compile_warm);
+		fputc('}', f);
+		if (o.bench) {
+			double gbps = br.bytes / (br.median_ms * 1e-3) / 1e9;
+			double cgbps = br.bytes / (br.copy_ms * 1e-3) / 1e9;
+			fputs(", \"bench\": {\"median_ms\": ", f);
+			json_num(f, br.median_ms);
+			fprintf(f, ", \"bytes\": %zu, \"gbps\": ", br.bytes);
+			json_num(f, gbps);
+			fputs(", \"memcpy_gbps\": ", f);
+			json_num(f, cgbps);
+			fputs(", \"memcpy_ratio\": ", f);
+			json_num(f, br.copy_ms / br.median_ms);
+			fputc('}', f);
+		}
+		fputs("}\n", f);
+	} else {
+		FILE *f = stdout;
+		if (use_nv)
+			fprintf(f, "@%s on nvptx (%s, %s; %u fused kernels), seed %llu\n", g->name, fj_rt_nvptx_device(nv),
+			        fj_rt_nvptx_target(nv), fj_rt_nvptx_kernels(nv), (unsigned long long)o.seed);
+		else if (ex == FJ_RT_EXEC_HOST)
+			fprintf(f, "@%s on host (%d threads; fused kernels), seed %llu\n",
+			        g->name, fj_rt_program_threads(prog), (unsigned long long)o.seed);
+		else
+			fprintf(f, "@%s on aten (reference, one thread), seed %llu\n", g->name, (unsigned long long)o.seed);
+		for (uint32_t i = 0; i < nparams; i++) {
+			char ty[300];
+			fj_rt_tensor_type_str(&in[i], ty, sizeof ty);
+			fprintf(f, "input %%%s: %s (%s%s)\n", g->values[g->params[i]].name, ty,
+			        origin[i] ? "from " : "random", origin[i] ? origin[i] : "");
+		}
+		for (uint32_t k = 0; k < nres; k++) {
+			char ty[300];
+			fj_rt_tensor_type_str(&out[k], ty, sizeof ty);
+			fj_vid v = g->results[k];
+			if (g->values[v].kind == FJ_VK_LITERAL || strcmp(stems[k], g->values[v].name ? g->values[v].name : "") != 0)
+				fprintf(f, "output %u (%s): %s\n", k, stems[k], ty);
+			else
+				fprintf(f, "output %u %%%s: %s\n", k, stems[k], ty);
+			print_summary(f, &out[k]);
+			if (o.check) {
+				double tol = fj_rt_tolerance(out[k].dtype);
+				bool ok = relerr[k] <= tol;
+				if (isinf(relerr[k]))
+					fprintf(f, "  vs aten: NaN/inf at different places: FAIL\n");
+				else
+					fprintf(f, "  vs aten: rel_err %.3g (tolerance %g): %s\n", relerr[k], tol, ok ? "ok" : "FAIL");
+			}
+			if (o.outdir && check_ok)
+				fprintf(f, "  written to %s\n", paths[k]);
+		}
+		if (o.bench || compile_warm >= 0)
+			fprintf(f, "compile: cold %.3f ms (%u kernels compiled), warm %.3f ms\n", compile_cold,
+			        use_nv ? fj_rt_nvptx_compiled(nv) : fj_rt_program_compiled(prog), compile_warm);
+		if (o.bench)
+			fprintf(f, "bench: median %.4f ms over %d runs, %zu bytes, %.3f GB/s; memcpy %.3f GB/s; "
+			           "memcpy_ratio %.3f\n",
+			        br.median_ms, br.reps, br.bytes, br.bytes / (br.median_ms * 1e-3) / 1e9,
+			        br.bytes / (br.copy_ms * 1e-3) / 1e9, br.copy_ms / br.median_ms);
+	}
+	if (!check_ok) {
+		fflush(stdout);
+		errorf("--check=aten: an output differs from aten beyond its dtype's tolerance%s",
+		       o.outdir ? " (no output written)" : "");
+		goto done;
+	}
+	rc = 0;
+done:
+	for (uint32_t k = 0; tmps && k < nres; k++)
+		fj_npy_discard(tmps[k]);
+	for (uint32_t i = 0; in && i < nparams; i++)
+		fj_rt_tensor_free(&in[i]);
+	for (uint32_t k = 0; k < nres; k++) {
+		if (out)
+			fj_rt_tensor_free(&out[k]);
+		if (refout)
+			fj_rt_tensor_free(&refout[k]);
+		if (stems)
+			free(stems[k]);
+		if (paths)
+			free(paths[k]);
+	}
+	free(in);
+	free(inp);
+	free(origin);
+	free(out);
+	free(refout);
+	free(stems);
+	free(paths);
+	free(tmps);
+	free(relerr);
+	fj_rt_program_destroy(prog);
+	fj_rt_program_destroy(ref);
+	fj_rt_nvptx_destroy(nv);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+	for (size_t k = 0; o.inputs && k < o.ninputs; k++)
+		free((char *)o.inputs[k].name);
+	for (size_t k = 0; o.dims && k < o.ndims; k++)
+		free((char *)o.dims[k].name);
+	for (size_t k = 0; o.tangents && k < o.ntangents; k++)
+		free((char *)o.tangents[k].name);
+	free(o.inputs);
+	free(o.dims);
+	free(o.tangents);
+	fflush(stdout);
+	return rc;
+}

@@ -1,0 +1,624 @@
+/* program_nvptx.c -- the nvptx executor (program_nvptx.h).
+ *
+ * Buffers: one device buffer per graph parameter and per region result (no
+ * reuse within a run: GPUs have the memory, and the caching allocator
+ * recycles them across binds). Each region's kernel reads its sizes from a
+ * slice of one device array of i64 (uploaded at bind) and ORs its errors
+ * into a slot of a status array (zeroed before a run, read back after it
+ * only when a region can fail: indexing, amax/amin/argmax/argmin).
+ * Launches go, in node order, on the driver's one stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend_nvptx/cuda.h"
+#include "backend_nvptx/nvptx_internal.h"
+#include "backend_nvptx/region_gpu.h"
+#include "codegen/region.h"
+#include "frontend/frontend.h"
+#include "passes/pass.h"
+#include "runtime/program_nvptx.h"
+
+typedef struct nvkernel {
+	uint32_t node;
+	void *k;                 /* the device's prepared kernel */
+	fj_nvptx_plan plan;
+	size_t dims_off;     /* in i64 elements, into the dims array */
+} nvkernel;
+
+struct fj_rt_nvprog {
+	fj_context *ctx;
+	fj_rt_gpu_dev dev;
+	fj_cu *cu;               /* the CUDA device's driver, or NULL */
+	const fj_graph *orig;
+	fj_module *m;        /* the clone, fused */
+	fj_graph *g;
+	char sm[16];
+	nvkernel *kern;
+	uint32_t nkern, compiled;
+	/* binding */
+	bool bound;
+	int64_t *symval;     /* per module symbol, -1 unbound */
+	int64_t *vdims;      /* per value of g, FJ_MAX_RANK entries */
+	uint64_t *vbuf;      /* per value of g: device buffer, 0 none */
+	size_t *vbytes;
+	uint64_t dims, status;
+	bool may_fail;
+};
+
+static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
+
+/* ---- creation ---- */
+
+static bool fused(const fj_graph *g)
+{
+	for (uint32_t i = 0; i < g->nnodes; i++)
+		if (g->nodes[i].op != FJ_OP_FUSION_KERNEL)
+			return false;
+	return true;
+}
+
+/* ---- the CUDA device ---- */
+
+static fj_status cu_alloc(void *ud, size_t n, uint64_t *p) { return fj_cu_alloc(ud, n, p); }
+static void cu_release(void *ud, uint64_t p) { fj_cu_release(ud, p); }
+static fj_status cu_htod(void *ud, uint64_t d, const void *s, size_t n) { return fj_cu_htod(ud, d, s, n); }
+static fj_status cu_dtoh(void *ud, void *d, uint64_t s, size_t n) { return fj_cu_dtoh(ud, d, s, n); }
+static fj_status cu_memset0(void *ud, uint64_t d, size_t n) { return fj_cu_memset0(ud, d, n); }
+static fj_status cu_sync(void *ud) { return fj_cu_sync(ud); }
+
+static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k);
+
+static fj_status cu_prepare(void *ud, const fj_graph *g, uint32_t node, void **kern, bool *hit)
+{
+	fj_cu *cu = ud;
+	fj_nvptx_kernel *k = NULL;
+	const char *env = getenv("FUSEJIT_NVPTX_TARGET");
+	const char *sm = env && *env ? env : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
+	fj_status st = fj_nvptx_compile_region(cu->ctx, g, node, sm, &k, hit);
+	if (st == FJ_OK)
+		st = load_module(cu, k);
+	*kern = k;
+	return st;
+}
+
+static fj_status cu_launch(void *ud, void *kern, int variant, unsigned grid, unsigned block, unsigned shared,
+                           const uint64_t *args, uint32_t nargs)
+{
+	fj_nvptx_kernel *k = kern;
+	void *params[nargs ? nargs : 1];
+	for (uint32_t j = 0; j < nargs; j++)
+		params[j] = (void *)&args[j];
+	return fj_cu_launch(ud, k->fn[variant], grid, block, shared, params);
+}
+
+static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
+{
+	fj_nvptx_state *s;
+	fj_status st = fj_nvptx_state_get(cu->ctx, &s);
+	if (st != FJ_OK)
+		return st;
+	pthread_mutex_lock(&s->lock);
+	if (!k->cumod) {
+		void *mod = NULL;
+		st = fj_cu_module_load(cu, k->ptx, &mod);
+		for (int v = 0; st == FJ_OK && v < k->nvariants; v++)
+			st = fj_cu_function(cu, mod, k->entry[v], &k->fn[v]);
+		if (st == FJ_OK)
+			k->cumod = mod;
+		else if (mod)
+			cu->api.cuModuleUnload(mod);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return st;
+}
+
+fj_status fj_rt_nvptx_create(fj_context *ctx, const fj_graph *g, fj_rt_nvprog **out)
+{
+	*out = NULL;
+	fj_cu *cu;
+	fj_status st = fj_cu_get(ctx, &cu);
+	if (st != FJ_OK)
+		return st;
+	const char *env = getenv("FUSEJIT_NVPTX_TARGET");
+	const char *sm = env && *env ? env : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
+	if (!sm)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "nvptx: GPU %s (sm_%d%d) is not supported",
+		                       cu->name, cu->cc_major, cu->cc_minor);
+	if (env && *env && (st = fj_nvptx_check_sm(ctx, env)) != FJ_OK)
+		return st;
+	fj_rt_gpu_dev dev = {
+		.ud = cu, .name = cu->name, .target = sm, .alloc = cu_alloc, .release = cu_release, .htod = cu_htod,
+		.dtoh = cu_dtoh, .memset0 = cu_memset0, .sync = cu_sync, .prepare = cu_prepare, .launch = cu_launch,
+	};
+	st = fj_rt_nvptx_create_on(ctx, g, &dev, out);
+	if (st == FJ_OK)
+		(*out)->cu = cu;
+	return st;
+}
+
+fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_rt_gpu_dev *dev, fj_rt_nvprog **out)
+{
+	*out = NULL;
+	fj_status st = FJ_OK;
+	fj_rt_nvprog *p = calloc(1, sizeof *p);
+	if (!p)
+		return oom(ctx);
+	p->ctx = ctx;
+	p->dev = *dev;
+	p->orig = g;
+	snprintf(p->sm, sizeof p->sm, "%s", dev->target ? dev->target : "?");
+	/* clone the module (print -> parse is the identity), fuse it */
+	fj_buf text;
+	fj_buf_init(&text, ctx);
+	st = fj_print_module(&text, g->module);
+	if (st == FJ_OK && text.oom)
+		st = oom(ctx);
+	if (st == FJ_OK)
+		st = fj_parse_module(ctx, text.data, text.len, g->module->file ? g->module->file : "<graph>", &p->m);
+	fj_buf_free(&text);
+	if (st == FJ_OK) {
+		p->g = fj_module_find_graph(p->m, g->name);
+		if (!fused(p->g))
+			st = fj_run_pipeline(p->m, fj_named_pipeline("default"), NULL);
+		p->g = fj_module_find_graph(p->m, g->name);
+		if (st == FJ_OK && !p->g)
+			st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: graph @%s lost by the pipeline",
+			                     g->name);
+	}
+	if (st == FJ_OK) {
+		p->kern = calloc(p->g->nnodes ? p->g->nnodes : 1, sizeof *p->kern);
+		p->vdims = calloc((size_t)(p->g->nvalues ? p->g->nvalues : 1) * FJ_MAX_RANK, sizeof *p->vdims);
+		p->vbuf = calloc(p->g->nvalues ? p->g->nvalues : 1, sizeof *p->vbuf);
+		p->vbytes = calloc(p->g->nvalues ? p->g->nvalues : 1, sizeof *p->vbytes);
+		p->symval = calloc(fj_symbol_count(p->m) + 1, sizeof *p->symval);
+		if (!p->kern || !p->vdims || !p->vbuf || !p->vbytes || !p->symval)
+			st = oom(ctx);
+	}
+	for (uint32_t i = 0; st == FJ_OK && i < p->g->nnodes; i++) {
+		const fj_node *n = &p->g->nodes[i];
+		if (n->op != FJ_OP_FUSION_KERNEL) {
+			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
+			                     "%s: the nvptx executor runs fused regions only", fj_op_name(n->op));
+			break;
+		}
+		nvkernel *nk = &p->kern[p->nkern++];
+		nk->node = i;
+		bool hit = false;
+		st = p->dev.prepare(p->dev.ud, p->g, i, &nk->k, &hit);
+		if (st == FJ_OK && !hit)
+			p->compiled++;
+	}
+	if (st != FJ_OK) {
+		fj_rt_nvptx_destroy(p);
+		return st;
+	}
+	*out = p;
+	return FJ_OK;
+}
+
+static void release_buffers(fj_rt_nvprog *p)
+{
+	if (!p->vbuf)
+		return;
+	for (uint32_t v = 0; v < p->g->nvalues; v++)
+		if (p->vbuf[v]) {
+			p->dev.release(p->dev.ud, p->vbuf[v]);
+			p->vbuf[v] = 0;
+		}
+	if (p->dims)
+		p->dev.release(p->dev.ud, p->dims);
+	if (p->status)
+		p->dev.release(p->dev.ud, p->status);
+	p->dims = p->status = 0;
+}
+
+void fj_rt_nvptx_destroy(fj_rt_nvprog *p)
+{
+	if (!p)
+		return;
+	release_buffers(p);
+	free(p->kern);
+	free(p->vdims);
+	free(p->vbuf);
+	free(p->vbytes);
+	free(p->symval);
+	fj_module_destroy(p->m);
+	free(p);
+}
+
+uint32_t fj_rt_nvptx_compiled(const fj_rt_nvprog *p) { return p->compiled; }
+uint32_t fj_rt_nvptx_kernels(const fj_rt_nvprog *p) { return p->nkern; }
+const char *fj_rt_nvptx_target(const fj_rt_nvprog *p) { return p->sm; }
+const char *fj_rt_nvptx_device(const fj_rt_nvprog *p) { return p->dev.name ? p->dev.name : "?"; }
+
+/* ---- binding ---- */
+
+static int64_t dimval(void *ud, fj_dim d)
+{
+	fj_rt_nvprog *p = ud;
+	if (fj_dim_is_static(d))
+		return d;
+	const fj_symexpr *e = fj_dim_expr(p->m, d);
+	int64_t v = e->coef;
+	for (uint32_t k = 0; k < e->nsyms; k++)
+		v *= p->symval[e->syms[k]];
+	return v;
+}
+
+static bool dim_bound(fj_rt_nvprog *p, fj_dim d)
+{
+	if (fj_dim_is_static(d))
+		return true;
+	const fj_symexpr *e = fj_dim_expr(p->m, d);
+	for (uint32_t k = 0; k < e->nsyms; k++)
+		if (p->symval[e->syms[k]] < 0)
+			return false;
+	return true;
+}
+
+static fj_status bind_symbols(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
+                              const fj_rt_dimarg *dims, size_t ndims)
+{
+	fj_context *ctx = p->ctx;
+	uint32_t ns = fj_symbol_count(p->m);
+	for (uint32_t s = 0; s < ns; s++)
+		p->symval[s] = -1;
+	for (size_t k = 0; k < ndims; k++) {
+		uint32_t s = 0;
+		while (s < ns && strcmp(fj_symbol_name(p->m, s), dims[k].name) != 0)
+			s++;
+		if (s == ns)
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "--dim %s: graph @%s has no symbol %s",
+			                       dims[k].name, p->g->name, dims[k].name);
+		p->symval[s] = dims[k].value;
+	}
+	/* single symbols first, then products with one unknown, to a fixed point */
+	for (int pass = 0; pass < 3; pass++)
+		for (uint32_t i = 0; i < p->g->nparams; i++) {
+			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
+			if (!t)
+				continue;
+			const fj_type *ty = &p->g->values[p->g->params[i]].type;
+			const char *from = origin && origin[i] ? origin[i] : p->g->values[p->g->params[i]].name;
+			if (t->rank != ty->rank || t->dtype != ty->dtype)
+				return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+				                       "input %%%s (%s): expected %s of rank %d, got %s of rank %d",
+				                       p->g->values[p->g->params[i]].name, from, fj_dtype_name(ty->dtype), ty->rank,
+				                       fj_dtype_name(t->dtype), t->rank);
+			for (int d = 0; d < ty->rank; d++) {
+				fj_dim dd = ty->dims[d];
+				if (fj_dim_is_static(dd))
+					continue;
+				const fj_symexpr *e = fj_dim_expr(p->m, dd);
+				int unknown = -1, nunknown = 0;
+				int64_t known = e->coef;
+				for (uint32_t k = 0; k < e->nsyms; k++) {
+					if (p->symval[e->syms[k]] < 0) {
+						if (unknown != (int)e->syms[k])
+							nunknown++;
+						unknown = (int)e->syms[k];
+					} else {
+						known *= p->symval[e->syms[k]];
+					}
+				}
+				if (nunknown != 1)
+					continue;
+				int reps = 0;
+				for (uint32_t k = 0; k < e->nsyms; k++)
+					reps += (int)e->syms[k] == unknown;
+				if (reps != 1 || known == 0 || t->dims[d] % known != 0)
+					continue;
+				p->symval[unknown] = t->dims[d] / known;
+			}
+		}
+	for (uint32_t i = 0; i < p->g->nparams; i++) {
+		const fj_type *ty = &p->g->values[p->g->params[i]].type;
+		for (int d = 0; d < ty->rank; d++) {
+			if (!dim_bound(p, ty->dims[d])) {
+				const fj_symexpr *e = fj_dim_expr(p->m, ty->dims[d]);
+				for (uint32_t k = 0; k < e->nsyms; k++)
+					if (p->symval[e->syms[k]] < 0) {
+						const char *nm = fj_symbol_name(p->m, e->syms[k]);
+						return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+						                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE",
+						                       nm, nm);
+					}
+			}
+			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
+			if (t && t->dims[d] != dimval(p, ty->dims[d])) {
+				char want[64];
+				fj_dim_format(p->m, ty->dims[d], want, sizeof want);
+				return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+				                       "input %%%s (%s): dim %d is %lld, but %s = %lld here",
+				                       p->g->values[p->g->params[i]].name,
+				                       origin && origin[i] ? origin[i] : "input", d, (long long)t->dims[d], want,
+				                       (long long)dimval(p, ty->dims[d]));
+			}
+		}
+	}
+	/* every symbol the module uses must be bound now */
+	for (uint32_t v = 0; v < p->g->nvalues; v++) {
+		const fj_type *ty = &p->g->values[v].type;
+		for (int d = 0; d < ty->rank; d++)
+			if (!dim_bound(p, ty->dims[d])) {
+				const fj_symexpr *e = fj_dim_expr(p->m, ty->dims[d]);
+				for (uint32_t k = 0; k < e->nsyms; k++)
+					if (p->symval[e->syms[k]] < 0) {
+						const char *nm = fj_symbol_name(p->m, e->syms[k]);
+						return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+						                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE",
+						                       nm, nm);
+					}
+			}
+	}
+	return FJ_OK;
+}
+
+fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
+                           const fj_rt_dimarg *dims, size_t ndims)
+{
+	fj_context *ctx = p->ctx;
+	p->bound = false;
+	release_buffers(p);
+	fj_status st = bind_symbols(p, inputs, origin, dims, ndims);
+	if (st != FJ_OK)
+		return st;
+	const fj_graph *g = p->g;
+	for (uint32_t v = 0; v < g->nvalues; v++) {
+		const fj_value *val = &g->values[v];
+		int64_t *vd = &p->vdims[(size_t)v * FJ_MAX_RANK];
+		for (int d = 0; d < val->type.rank; d++) {
+			vd[d] = dimval(p, val->type.dims[d]);
+			if (vd[d] < 0)
+				return fj_error_status(ctx, FJ_ERR_INVALID, val->loc, "a size of %%%s is negative at run time",
+				                       val->name ? val->name : "?");
+		}
+		size_t nb = 0;
+		if (val->kind != FJ_VK_LITERAL && !fj_rt_nbytes(val->type.dtype, vd, val->type.rank, &nb))
+			return fj_error_status(ctx, FJ_ERR_INVALID, val->loc, "%%%s is too big", val->name ? val->name : "?");
+		p->vbytes[v] = nb;
+	}
+	/* buffers: parameters and region results */
+	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
+		st = p->dev.alloc(p->dev.ud, p->vbytes[g->params[i]], &p->vbuf[g->params[i]]);
+	size_t ndims_total = 0;
+	p->may_fail = false;
+	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
+		nvkernel *nk = &p->kern[q];
+		const fj_node *n = &g->nodes[nk->node];
+		for (uint32_t j = 0; j < n->nres && st == FJ_OK; j++)
+			if (!p->vbuf[n->res[j]])
+				st = p->dev.alloc(p->dev.ud, p->vbytes[n->res[j]], &p->vbuf[n->res[j]]);
+		if (st == FJ_OK)
+			st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
+		p->may_fail |= nk->plan.may_fail;
+		nk->dims_off = ndims_total;
+		for (uint32_t j = 0; j < n->nopnds; j++)
+			if (n->opnds[j] != FJ_NOVAL && g->values[n->opnds[j]].kind != FJ_VK_LITERAL)
+				ndims_total += g->values[n->opnds[j]].type.rank;
+		for (uint32_t j = 0; j < n->nres; j++)
+			ndims_total += g->values[n->res[j]].type.rank;
+	}
+	int64_t *hd = calloc(ndims_total + 1, sizeof *hd);
+	if (st == FJ_OK && !hd)
+		st = oom(ctx);
+	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
+		const fj_node *n = &g->nodes[p->kern[q].node];
+		size_t o = p->kern[q].dims_off;
+		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
+			fj_vid v = j < n->nopnds ? n->opnds[j] : n->res[j - n->nopnds];
+			if (v == FJ_NOVAL || g->values[v].kind == FJ_VK_LITERAL)
+				continue;
+			for (int d = 0; d < g->values[v].type.rank; d++)
+				hd[o++] = p->vdims[(size_t)v * FJ_MAX_RANK + d];
+		}
+	}
+	if (st == FJ_OK)
+		st = p->dev.alloc(p->dev.ud, (ndims_total + 1) * sizeof *hd, &p->dims);
+	if (st == FJ_OK)
+		st = p->dev.htod(p->dev.ud, p->dims, hd, ndims_total * sizeof *hd);
+	if (st == FJ_OK)
+		st = p->dev.alloc(p->dev.ud, (p->nkern + 1) * sizeof(int32_t), &p->status);
+	if (st == FJ_OK)
+		st = p->dev.memset0(p->dev.ud, p->status, (p->nkern + 1) * sizeof(int32_t));
+	free(hd);
+	if (st != FJ_OK) {
+		release_buffers(p);
+		return st;
+	}
+	p->bound = true;
+	return FJ_OK;
+}
+
+const int64_t *fj_rt_nvptx_param_dims(const fj_rt_nvprog *p, uint32_t i)
+{
+	return &p->vdims[(size_t)p->g->params[i] * FJ_MAX_RANK];
+}
+
+/* ---- running ---- */
+
+static fj_status upload(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs)
+{
+	fj_status st = FJ_OK;
+	for (uint32_t i = 0; i < p->g->nparams && st == FJ_OK; i++)
+		st = p->dev.htod(p->dev.ud, p->vbuf[p->g->params[i]], inputs[i]->data, p->vbytes[p->g->params[i]]);
+	return st;
+}
+
+static fj_status launch_all(fj_rt_nvprog *p)
+{
+	const fj_graph *g = p->g;
+	fj_status st = FJ_OK;
+	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
+		nvkernel *nk = &p->kern[q];
+		const fj_node *n = &g->nodes[nk->node];
+		uint32_t np = n->nopnds + n->nres + 2;
+		uint64_t args[np];
+		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
+			fj_vid v = j < n->nopnds ? n->opnds[j] : n->res[j - n->nopnds];
+			args[j] = v == FJ_NOVAL ? 0 : p->vbuf[v];
+		}
+		args[np - 2] = p->dims + nk->dims_off * sizeof(int64_t);
+		args[np - 1] = p->status + q * sizeof(int32_t);
+		for (int s = 0; s < nk->plan.n && st == FJ_OK; s++) {
+			const fj_nvptx_launch_step *ls = &nk->plan.launch[s];
+			st = p->dev.launch(p->dev.ud, nk->k, ls->variant, ls->grid, ls->block, ls->shared, args, np);
+		}
+	}
+	return st;
+}
+
+static fj_status check_status(fj_rt_nvprog *p)
+{
+	if (!p->may_fail)
+		return FJ_OK;
+	int32_t *hs = calloc(p->nkern + 1, sizeof *hs);
+	if (!hs)
+		return oom(p->ctx);
+	fj_status st = p->dev.dtoh(p->dev.ud, hs, p->status, p->nkern * sizeof *hs);
+	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
+		if (!hs[q])
+			continue;
+		const fj_node *n = &p->g->nodes[p->kern[q].node];
+		st = fj_error_status(p->ctx, FJ_ERR_RUNTIME, n->loc, "%s: %s", n->kernel ? n->kernel : "fusion.kernel",
+		                     hs[q] & FJ_KERR_INDEX ? "an index is out of range"
+		                                           : "an invalid value (a reduction over an empty dim?)");
+	}
+	if (st == FJ_ERR_RUNTIME || (st == FJ_OK && p->may_fail))
+		p->dev.memset0(p->dev.ud, p->status, (p->nkern + 1) * sizeof(int32_t));
+	free(hs);
+	return st;
+}
+
+static void store_literal(fj_rt_tensor *t, const fj_literal *lit)
+{
+	double v = lit->kind == FJ_LIT_FLOAT ? lit->f : lit->kind == FJ_LIT_INT ? (double)lit->i : lit->b;
+	fj_rt_store_f64(t->data, t->dtype, 0, v);
+}
+
+fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs)
+{
+	if (!p->bound)
+		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0}, "nvptx: run before bind");
+	fj_status st = upload(p, inputs);
+	if (st == FJ_OK)
+		st = launch_all(p);
+	if (st == FJ_OK)
+		st = p->dev.sync(p->dev.ud);
+	if (st == FJ_OK)
+		st = check_status(p);
+	const fj_graph *g = p->g;
+	for (uint32_t k = 0; k < g->nresults && st == FJ_OK; k++) {
+		fj_vid v = g->results[k];
+		const fj_value *val = &g->values[v];
+		st = fj_rt_tensor_reshape(p->ctx, &outputs[k], val->type.dtype, val->type.rank,
+		                          &p->vdims[(size_t)v * FJ_MAX_RANK]);
+		if (st != FJ_OK)
+			break;
+		if (val->kind == FJ_VK_LITERAL)
+			store_literal(&outputs[k], &val->lit);
+		else if (val->kind == FJ_VK_PARAM)
+			memcpy(outputs[k].data, inputs[val->def]->data, outputs[k].nbytes);
+		else
+			st = p->dev.dtoh(p->dev.ud, outputs[k].data, p->vbuf[v], outputs[k].nbytes);
+	}
+	return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_double);
+	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_nvptx_bench_result *br)
+{
+	memset(br, 0, sizeof *br);
+	if (!p->cu)
+		return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "--bench needs the CUDA device");
+	const fj_graph *g = p->g;
+	size_t bytes = 0;
+	for (uint32_t i = 0; i < g->nparams; i++)
+		bytes += p->vbytes[g->params[i]];
+	for (uint32_t k = 0; k < g->nresults; k++)
+		bytes += g->values[g->results[k]].kind == FJ_VK_LITERAL ? 0 : p->vbytes[g->results[k]];
+	br->bytes = bytes;
+	void *e0 = NULL, *e1 = NULL;
+	fj_status st = upload(p, inputs);
+	if (st == FJ_OK)
+		st = fj_cu_event_create(p->cu, &e0);
+	if (st == FJ_OK)
+		st = fj_cu_event_create(p->cu, &e1);
+	/* warm-up, and an estimate of one run */
+	float ms = 0;
+	for (int w = 0; w < 3 && st == FJ_OK; w++) {
+		st = fj_cu_event_record(p->cu, e0);
+		if (st == FJ_OK)
+			st = launch_all(p);
+		if (st == FJ_OK)
+			st = fj_cu_event_record(p->cu, e1);
+		if (st == FJ_OK)
+			st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
+	}
+	if (st == FJ_OK)
+		st = check_status(p);
+	int reps = ms > 0 ? (int)(300.0 / ms) : 200;
+	reps = reps < 10 ? 10 : reps > 200 ? 200 : reps;
+	double *times = calloc((size_t)reps, sizeof *times);
+	if (st == FJ_OK && !times)
+		st = oom(p->ctx);
+	for (int r = 0; r < reps && st == FJ_OK; r++) {
+		st = fj_cu_event_record(p->cu, e0);
+		if (st == FJ_OK)
+			st = launch_all(p);
+		if (st == FJ_OK)
+			st = fj_cu_event_record(p->cu, e1);
+		if (st == FJ_OK)
+			st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
+		if (times)
+			times[r] = ms;
+	}
+	if (st == FJ_OK) {
+		br->median_ms = median(times, reps);
+		br->reps = reps;
+	}
+	/* the same-run copy baseline: bytes/2 device to device */
+	size_t half = bytes / 2;
+	uint64_t src = 0, dst = 0;
+	if (st == FJ_OK && half) {
+		st = p->dev.alloc(p->dev.ud, half, &src);
+		if (st == FJ_OK)
+			st = p->dev.alloc(p->dev.ud, half, &dst);
+		if (st == FJ_OK)
+			st = p->dev.memset0(p->dev.ud, src, half);
+		for (int r = 0; r < reps + 3 && st == FJ_OK; r++) {
+			st = fj_cu_event_record(p->cu, e0);
+			if (st == FJ_OK)
+				st = fj_cu_dtod(p->cu, dst, src, half);
+			if (st == FJ_OK)
+				st = fj_cu_event_record(p->cu, e1);
+			if (st == FJ_OK)
+				st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
+			if (r >= 3)
+				times[r - 3] = ms;
+		}
+		if (st == FJ_OK)
+			br->copy_ms = median(times, reps);
+	}
+	if (src)
+		p->dev.release(p->dev.ud, src);
+	if (dst)
+		p->dev.release(p->dev.ud, dst);
+	fj_cu_event_destroy(p->cu, e0);
+	fj_cu_event_destroy(p->cu, e1);
+	free(times);
+	return st;
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# build-gpu.sh -- the GPU machine kit: a stripped fusejit-run (and the tiny
+# .npy checker fj-npycmp) linked with LLVM's STATIC component libraries
+# (X86 + NVPTX + ORC + passes), libstdc++/libzstd/libz static, glibc dynamic
+# (a fully static program cannot dlopen("libcuda.so.1")), compressed with xz.
+#
+#   scripts/build-gpu.sh [OUTDIR]      (default: build-gpu/)
+#
+# Output: OUTDIR/fusejit-gpu.tar.xz holding fusejit-run and fj-npycmp; run
+# tests/gpu/run.sh on the GPU machine (it unpacks the kit itself). Needs
+# llvm-19-dev (static libraries), libzstd-dev and zlib1g-dev. Takes a few
+# minutes on 2 cores; the compressed kit must stay under ~40 MiB.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/build-gpu}
+LLVM_CONFIG=${LLVM_CONFIG:-llvm-config-19}
+CC=${CC:-cc}
+jobs=$(nproc 2>/dev/null || echo 2)
+mkdir -p "$out/obj"
+incs="-I$root/include -I$root/ir -I$root $($LLVM_CONFIG --cflags | tr ' ' '\n' | grep '^-I' | tr '\n' ' ')"
+cflags="-std=c11 -O2 -g0 -fPIC -fvisibility=hidden -D_GNU_SOURCE -DFJ_BUILDING_LIBRARY -ffunction-sections -fdata-sections"
+# the library's sources: the globs of CMakeLists.txt's FJ_SOURCES
+globs=$(sed -n '/file(GLOB FJ_SOURCES/,/)/p' "$root/CMakeLists.txt" | tr ' ()' '\n\n\n' |
+	grep 'PROJECT_SOURCE_DIR' | sed "s|\${PROJECT_SOURCE_DIR}|$root|")
+srcs=$(for g in $globs; do ls $g 2>/dev/null; done)
+echo "build-gpu: compiling $(echo "$srcs" | wc -w) files with $jobs jobs"
+export CC cflags incs out
+echo "$srcs" | xargs -P "$jobs" -I{} sh -c '
+	f={}; o="$out/obj/$(echo "$f" | sed "s|/|_|g").o"
+	if [ ! -f "$o" ] || [ "$f" -nt "$o" ]; then $CC $cflags $incs -c "$f" -o "$o" || exit 255; fi'
+rm -f "$out/libfj.a"
+ar rcs "$out/libfj.a" "$out"/obj/*.o
+static_if() { # -l$1 statically when its archive exists
+	for d in /usr/lib/x86_64-linux-gnu /usr/lib /usr/local/lib; do
+		if [ -f "$d/lib$1.a" ]; then echo "-Wl,-Bstatic -l$1 -Wl,-Bdynamic"; return; fi
+	done
+	echo "-l$1"
+}
+llvm_libs="-L$($LLVM_CONFIG --libdir) $($LLVM_CONFIG --link-static --libs x86 nvptx orcjit passes bitreader linker)"
+sys="$(static_if zstd) $(static_if z) -lpthread -ldl -lm -lrt"
+ldflags="-Wl,--gc-sections -Wl,--as-needed -static-libgcc -static-libstdc++ -s"
+# JIT'd host kernels call compiler builtins (f16 conversions: __truncdfhf2 ...)
+# that the process-symbol generator finds with dlsym; static libgcc's copies
+# are hidden, so the kit exports its own (tests/gpu/builtins.c).
+$CC $cflags -fno-function-sections -c "$root/tests/gpu/builtins.c" -o "$out/builtins.o"
+for b in __truncdfhf2 __truncsfhf2 __extendhfsf2 __extendhfdf2; do
+	ldflags="$ldflags -Wl,--undefined=$b -Wl,--export-dynamic-symbol=$b"
+done
+echo "build-gpu: linking fusejit-run (LLVM static)"
+$CC $cflags $incs -c "$root/tools/fusejit-run.c" -o "$out/fusejit-run.o"
+$CC -o "$out/fusejit-run" "$out/fusejit-run.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+$CC $cflags $incs -c "$root/tests/gpu/npycmp.c" -o "$out/npycmp.o"
+$CC -o "$out/fj-npycmp" "$out/npycmp.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+echo "build-gpu: dynamic dependencies of fusejit-run:"
+ldd "$out/fusejit-run" | sed 's/^/  /'
+(cd "$out" && tar cf - fusejit-run fj-npycmp | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)
+raw=$(stat -c %s "$out/fusejit-run")
+xzs=$(stat -c %s "$out/fusejit-gpu.tar.xz")
+echo "build-gpu: fusejit-run $((raw / 1048576)) MiB stripped; kit $out/fusejit-gpu.tar.xz $((xzs / 1048576)) MiB ($xzs bytes)"
+if [ "$xzs" -gt $((40 * 1048576)) ]; then
+	echo "build-gpu: error: the kit is over 40 MiB" >&2
+	exit 1
+fi

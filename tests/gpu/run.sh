@@ -1,0 +1,116 @@
+#!/bin/sh
+# tests/gpu/run.sh -- the GPU machine check (no LLVM, no check, no Python, no
+# network there): unpacks the kit built by scripts/build-gpu.sh, runs every
+# golden case on --executor=nvptx against its .npy goldens (and against the
+# aten reference in the same process, --check=aten), then the GPU benchmarks
+# with --bench, and prints a short table last. Budget: under 4 minutes.
+#
+#   tests/gpu/run.sh [KIT.tar.xz | DIR-with-fusejit-run] [--executor=nvptx] [--quick]
+#
+# --executor=host runs the same logic on a CPU (to test this script);
+# --quick runs the benchmarks at 1/64 of their sizes. Exit 1 on any failure.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+kit=${1:-$root/build-gpu/fusejit-gpu.tar.xz}
+ex=nvptx
+quick=0
+for a in "$@"; do
+	case $a in
+	--executor=*) ex=${a#--executor=} ;;
+	--quick) quick=1 ;;
+	esac
+done
+work=$(mktemp -d /tmp/fj-gpu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if [ -d "$kit" ]; then
+	bin=$kit
+else
+	bin=$work/bin
+	mkdir -p "$bin"
+	xz -dc "$kit" | tar xf - -C "$bin" || { echo "cannot unpack $kit"; exit 1; }
+fi
+run=$bin/fusejit-run
+cmp=$bin/fj-npycmp
+[ -x "$run" ] || { echo "no fusejit-run in $bin"; exit 1; }
+start=$(date +%s)
+if [ "$ex" = nvptx ] && ! "$run" "$here/bench/softmax_f32.fj" --executor=nvptx --dim N=8 >/dev/null 2>"$work/probe"; then
+	echo "nvptx is not usable here: $(cat "$work/probe")"
+	exit 1
+fi
+
+# ---- goldens (4 at a time) ----
+mkdir -p "$work/res"
+cat >"$work/case.sh" <<'CASE'
+# case.sh DIR: one golden case; writes $work/res/<case> = "pass" | "skip" | "FAIL ..."
+dir=${1%/}
+case=$(basename "$dir")
+res=$work/res/$case
+if [ -f "$dir/skip" ] || [ -f "$dir/skip_$ex" ]; then echo skip >"$res"; exit 0; fi
+set --
+for f in "$dir"/in_*.npy; do
+	[ -f "$f" ] || continue
+	p=$(basename "$f" .npy); p=${p#in_}
+	set -- "$@" --input "$p=$f"
+done
+out=$work/out/$case
+mkdir -p "$out"
+if ! timeout 120 "$run" "$dir/graph.fj" --executor="$ex" "$@" --check=aten --json --output-dir="$out" \
+	>"$out/json" 2>"$out/err"; then
+	echo "FAIL $case: $(head -c 300 "$out/err" | tr '\n' ' ') $(grep -o '"rel_err": [^,}]*' "$out/json" | tr '\n' ' ')" >"$res"
+	exit 0
+fi
+# outputs by position: the "file" keys of the JSON, in order, against out_<i>.npy
+i=0
+for f in $(grep -o '"file": "[^"]*"' "$out/json" | sed 's/"file": "//; s/"$//'); do
+	if [ -f "$dir/out_$i.npy" ] && [ -x "$cmp" ] && ! "$cmp" "$f" "$dir/out_$i.npy" >"$out/cmp$i" 2>&1; then
+		echo "FAIL $case: output $i vs golden: $(cat "$out/cmp$i")" >"$res"
+		exit 0
+	fi
+	i=$((i + 1))
+done
+echo pass >"$res"
+CASE
+export work run cmp ex
+ls -d "$root"/tests/golden/cases/*/ | xargs -P 4 -n 1 sh "$work/case.sh"
+pass=$(grep -l '^pass' "$work"/res/* 2>/dev/null | wc -l)
+skip=$(grep -l '^skip' "$work"/res/* 2>/dev/null | wc -l)
+fail=$(grep -l '^FAIL' "$work"/res/* 2>/dev/null | wc -l)
+total=$(ls -d "$root"/tests/golden/cases/*/ | wc -l)
+missing=$((total - pass - skip - fail))
+[ "$missing" -gt 0 ] && echo "$missing cases gave no result (a crash of case.sh?)" && fail=$((fail + missing))
+gold_s=$(( $(date +%s) - start ))
+cat "$work"/res/* | grep '^FAIL' || true
+echo "goldens on $ex: $pass passed, $fail failed, $skip skipped (${gold_s} s)"
+
+# ---- benchmarks ----
+scale=1
+[ $quick = 1 ] && scale=64
+: >"$work/table"
+bench() { # name file --dim args...
+	name=$1; file=$2; shift 2
+	if timeout 90 "$run" "$here/bench/$file" --executor="$ex" --bench --json "$@" >"$work/b.json" 2>"$work/b.err"; then
+		ms=$(grep -o '"median_ms": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		gbps=$(grep -o '"gbps": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		cgbps=$(grep -o '"memcpy_gbps": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		ratio=$(grep -o '"memcpy_ratio": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		cold=$(grep -o '"cold": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		printf '%-22s %10.4f %9.1f %9.1f %7.3f %9.1f\n' "$name" "$ms" "$gbps" "$cgbps" "$ratio" "$cold" >>"$work/table"
+	else
+		printf '%-22s FAILED: %s\n' "$name" "$(head -c 200 "$work/b.err")" >>"$work/table"
+		fail=$((fail + 1))
+	fi
+}
+big=$((268435456 / scale))
+rows=$((8192 / scale))
+bench chain_2^28_f32 chain.fj --dim N=$big
+for dt in f32 f16; do
+	for g in layer_norm layer_norm_bwd rms_norm rms_norm_bwd softmax softmax_bwd; do
+		bench "${g}_$dt" "${g}_$dt.fj" --dim N=$rows
+	done
+done
+echo
+echo "GPU benchmarks ($ex; [$rows,4096] rows, chain $big elements; total $(( $(date +%s) - start )) s)"
+printf '%-22s %10s %9s %9s %7s %9s\n' bench median_ms GB/s copyGB/s ratio cold_ms
+cat "$work/table"
+[ $fail -eq 0 ]

@@ -1,0 +1,40 @@
+#!/bin/sh
+# ptxas_all.sh FUSEJIT_OPT SRC_ROOT -- every golden graph (tests/golden/cases/*/graph.fj)
+# and every bench graph (bench/graphs/*.fj, bench/partition/*.fj, the GPU kit's
+# tests/gpu/bench/*.fj) through
+# `fusejit-opt --emit=ptx --target=sm_80|sm_90` (every kernel variant:
+# FUSEJIT_PTX_ALL_VARIANTS=1), then `ptxas -arch=sm_XX` on each PTX file.
+# Skips (exit 77) where the CUDA toolkit's ptxas is absent. Files run in
+# parallel (one job per core); 70-200 s on 2 (shared) cores for ~150 graphs.
+opt=$1
+root=$2
+PTXAS=${PTXAS:-/usr/local/cuda/bin/ptxas}
+if [ ! -x "$PTXAS" ]; then
+	echo "SKIP: $PTXAS not found (install the CUDA toolkit to check PTX)"
+	exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ls "$root"/tests/golden/cases/*/graph.fj "$root"/bench/graphs/*.fj "$root"/bench/partition/*.fj \
+	"$root"/tests/gpu/bench/*.fj 2>/dev/null >"$tmp/list"
+n=$(wc -l <"$tmp/list")
+jobs=$(nproc 2>/dev/null || echo 2)
+export opt PTXAS tmp
+start=$(date +%s)
+for sm in sm_80 sm_90; do
+	export sm
+	xargs -P "$jobs" -I{} sh -c '
+		f="{}"
+		out="$tmp/$(echo "$f" | tr / _).$sm.ptx"
+		if ! FUSEJIT_PTX_ALL_VARIANTS=1 "$opt" "$f" --emit=ptx --target=$sm -o "$out" 2>"$out.err"; then
+			echo "FAIL (emit, $sm): $f: $(head -c 400 "$out.err")"
+			echo x >>"$tmp/failed"
+		elif ! "$PTXAS" -arch=$sm "$out" -o /dev/null 2>"$out.err"; then
+			echo "FAIL (ptxas -arch=$sm): $f: $(head -c 400 "$out.err")"
+			echo x >>"$tmp/failed"
+		fi' <"$tmp/list"
+done
+failed=0
+[ -f "$tmp/failed" ] && failed=$(wc -l <"$tmp/failed")
+echo "ptxas: $n graphs x 2 targets, $failed failed, $(( $(date +%s) - start )) s"
+[ "$failed" -eq 0 ]

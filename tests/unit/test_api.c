@@ -1,0 +1,544 @@
+/* test_api.c -- the public C API (include/fusejit/fusejit.h): every entry
+ * point, its error paths, strided and misaligned inputs, outputs given and
+ * allocated, training, and out-of-memory at every allocation of a whole
+ * parse + compile + run. */
+#include <math.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char text[] =
+	"graph @main(%x: f32[N,4], %w: f32[4]) {\n"
+	"  %h = aten.mul(%x, %w)\n"
+	"  %y = aten.tanh(%h)\n"
+	"  %s = aten.sum(%y) {dims=[1]}\n"
+	"  return %y, %s\n"
+	"}\n";
+
+static fj_context *new_ctx(void)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_int_eq(fj_context_set_cache(ctx, "off", 0), FJ_OK);
+	return ctx;
+}
+
+static fj_tensor desc(void *data, fj_scalar_type dt, int rank, int64_t d0, int64_t d1)
+{
+	fj_tensor t;
+	memset(&t, 0, sizeof t);
+	t.data = data;
+	t.dtype = dt;
+	t.rank = rank;
+	t.sizes[0] = d0;
+	t.sizes[1] = d1;
+	return t;
+}
+
+static fj_program *compile_text(fj_context *ctx, const char *src, fj_executor ex, int training)
+{
+	fj_module *m;
+	ck_assert_int_eq(fj_module_parse(ctx, src, strlen(src), "t.fj", &m), FJ_OK);
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = ex;
+	o.training = training;
+	fj_program *p = NULL;
+	fj_status st = fj_compile(ctx, m, &o, &p);
+	if (st != FJ_OK)
+		fprintf(stderr, "%s\n", fj_context_error(ctx));
+	ck_assert_int_eq(st, FJ_OK);
+	fj_module_destroy(m);
+	return p;
+}
+
+START_TEST(test_version)
+{
+	ck_assert_str_eq(fj_version(), FUSEJIT_VERSION);
+	ck_assert_int_eq(fj_version_number(), FUSEJIT_VERSION_NUMBER);
+	ck_assert_str_eq(fj_scalar_type_name(FJ_TYPE_BF16), "bf16");
+	ck_assert_uint_eq(fj_scalar_type_size(FJ_TYPE_I16), 2);
+	ck_assert_ptr_null(fj_scalar_type_name((fj_scalar_type)99));
+	ck_assert_uint_eq(fj_scalar_type_size((fj_scalar_type)-1), 0);
+}
+END_TEST
+
+START_TEST(test_modules)
+{
+	fj_context *ctx = new_ctx();
+	fj_module *m = (fj_module *)1;
+	ck_assert_int_eq(fj_module_parse(NULL, text, 1, NULL, &m), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_module_parse(ctx, NULL, 3, NULL, &m), FJ_ERR_INVALID);
+	ck_assert_ptr_null(m);
+	ck_assert_int_eq(fj_module_parse(ctx, "graph @g( {", 11, "bad.fj", &m), FJ_ERR_PARSE);
+	ck_assert_ptr_null(m);
+	ck_assert(strstr(fj_context_error(ctx), "bad.fj:1:") != NULL);
+	ck_assert_int_eq(fj_module_parse_file(ctx, "/nonexistent/x.fj", &m), FJ_ERR_IO);
+	ck_assert_int_eq(fj_module_parse_file(ctx, NULL, &m), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_module_parse(ctx, text, strlen(text), NULL, &m), FJ_OK);
+	ck_assert_uint_eq(fj_module_graph_count(m), 1);
+	ck_assert_str_eq(fj_module_graph_name(m, 0), "main");
+	ck_assert_ptr_null(fj_module_graph_name(m, 1));
+	char *s;
+	size_t n;
+	ck_assert_int_eq(fj_module_print(ctx, m, &s, &n), FJ_OK);
+	ck_assert(strstr(s, "aten.tanh") != NULL && n == strlen(s));
+	fj_string_free(ctx, s);
+	ck_assert_int_eq(fj_module_print(ctx, NULL, &s, &n), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_module_run_pipeline(ctx, m, "nosuchpass"), FJ_ERR_PARSE);
+	ck_assert_int_eq(fj_module_run_pipeline(ctx, m, "decompose,canonicalize"), FJ_OK);
+	ck_assert_int_eq(fj_module_run_pipeline(ctx, NULL, "verify"), FJ_ERR_INVALID);
+	fj_module_destroy(m);
+	fj_module_destroy(NULL);
+	ck_assert_int_eq(fj_op_schema(ctx, "aten.native_layer_norm", &s), FJ_OK);
+	ck_assert_str_eq(s, "operands: input weight? bias?\nresults: out mean rstd\nattributes: normalized_shape eps\n");
+	fj_string_free(ctx, s);
+	ck_assert_int_eq(fj_op_schema(ctx, "aten.nope", &s), FJ_ERR_INVALID);
+	ck_assert_ptr_null(s);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_builder)
+{
+	fj_context *ctx = new_ctx();
+	fj_module *m;
+	ck_assert_int_eq(fj_module_new(ctx, &m), FJ_OK);
+	fj_graph_builder *b;
+	ck_assert_int_eq(fj_build_begin(m, "@g", &b), FJ_OK);
+	fj_value_id x = fj_build_param(b, "%x", "f32[N, 2*N]");
+	ck_assert_uint_ne(x, FJ_NO_VALUE);
+	fj_attribute shape = {.name = "shape", .kind = FJ_ATTR_SHAPE, .s = "[2*N*N]"};
+	fj_value_id v = fj_build_op1(b, "aten.view", &x, 1, &shape, 1);
+	int64_t dims[1] = {0};
+	fj_attribute red[2] = {{.name = "dims", .kind = FJ_ATTR_INTS, .ints = dims, .n = 1},
+	                       {.name = "keepdim", .kind = FJ_ATTR_BOOL, .i = 0}};
+	fj_value_id s = fj_build_op1(b, "aten.sum", &v, 1, red, 2);
+	fj_value_id y = fj_build_op1(b, "aten.add", (fj_value_id[]){s, fj_build_int(b, 1)}, 2,
+	                             &(fj_attribute){.name = "alpha", .kind = FJ_ATTR_FLOAT, .f = 2.0}, 1);
+	fj_value_id r3[3];
+	ck_assert_int_eq(fj_build_op(b, "aten.native_layer_norm", (fj_value_id[]){x, FJ_NO_VALUE, FJ_NO_VALUE}, 3,
+	                             (fj_attribute[]){{.name = "normalized_shape", .kind = FJ_ATTR_SHAPE, .s = "2*N"},
+	                                              {.name = "eps", .kind = FJ_ATTR_FLOAT, .f = 1e-5}},
+	                             2, r3, 3),
+	                 FJ_OK);
+	ck_assert_int_eq(fj_build_status(b), FJ_OK);
+	ck_assert_int_eq(fj_build_end(b, (fj_value_id[]){y, r3[0]}, 2), FJ_OK);
+	char *t;
+	ck_assert_int_eq(fj_module_print(ctx, m, &t, NULL), FJ_OK);
+	ck_assert(strstr(t, "graph @g(%x: f32[N,N*2])") != NULL);
+	ck_assert(strstr(t, "aten.view(%x) {shape=[N*N*2]}") != NULL);
+	fj_string_free(ctx, t);
+	/* run it */
+	fj_program *p;
+	ck_assert_int_eq(fj_compile(ctx, m, NULL, &p), FJ_OK);
+	float xv[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}}, yv = 0;
+	fj_tensor in = desc(xv, FJ_TYPE_F32, 2, 2, 4), out[2];
+	out[0] = desc(&yv, FJ_TYPE_F32, 0, 0, 0);
+	out[1] = desc(NULL, FJ_TYPE_F32, 0, 0, 0);
+	ck_assert_int_eq(fj_program_run(p, &in, 1, out, 2), FJ_OK);
+	ck_assert(fabsf(yv - (36 + 2)) < 1e-5f);
+	ck_assert(out[1].flags & FJ_TENSOR_OWNED);
+	ck_assert_int_eq(out[1].rank, 2);
+	fj_tensor_release(&out[1]);
+	ck_assert_ptr_null(out[1].data);
+	fj_tensor_release(NULL);
+	fj_program_destroy(p);
+
+	/* errors: sticky, and the graph is removed */
+	ck_assert_int_eq(fj_build_begin(m, "bad", &b), FJ_OK);
+	ck_assert_uint_eq(fj_build_param(b, "x", "f99[3]"), FJ_NO_VALUE);
+	ck_assert_int_eq(fj_build_status(b), FJ_ERR_INVALID);
+	ck_assert_uint_eq(fj_build_float(b, 1.0), FJ_NO_VALUE);
+	ck_assert_int_eq(fj_build_end(b, NULL, 0), FJ_ERR_INVALID);
+	ck_assert_uint_eq(fj_module_graph_count(m), 1);
+	ck_assert_int_eq(fj_build_begin(m, "bad", &b), FJ_OK);
+	x = fj_build_param(b, "x", "f32[3]");
+	ck_assert_int_eq(fj_build_op(b, "aten.frobnicate", &x, 1, NULL, 0, NULL, 0), FJ_ERR_INVALID);
+	fj_build_abort(b);
+	ck_assert_int_eq(fj_build_begin(m, "bad", &b), FJ_OK);
+	x = fj_build_param(b, "x", "f32[3]");
+	ck_assert_uint_eq(fj_build_op1(b, "aten.sum", &x, 1, &(fj_attribute){.name = "nope", .kind = FJ_ATTR_INT}, 1),
+	                  FJ_NO_VALUE);
+	ck_assert_int_eq(fj_build_end(b, &x, 1), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_build_begin(m, "bad", &b), FJ_OK);
+	x = fj_build_param(b, "x", "f32[3]");
+	ck_assert_uint_eq(fj_build_op1(b, "aten.mul", (fj_value_id[]){x, 77}, 2, NULL, 0), FJ_NO_VALUE);
+	ck_assert_int_eq(fj_build_end(b, (fj_value_id[]){99}, 1), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_build_begin(m, "bad", &b), FJ_OK);
+	x = fj_build_param(b, "x", "f32[3]");
+	ck_assert_uint_eq(fj_build_op1(b, "aten.view", &x, 1,
+	                               &(fj_attribute){.name = "shape", .kind = FJ_ATTR_SHAPE, .s = "[3*-1]"}, 1),
+	                  FJ_NO_VALUE);
+	fj_build_abort(b);
+	ck_assert_int_eq(fj_build_begin(m, "g", &b), FJ_ERR_INVALID); /* the name is taken */
+	ck_assert_int_eq(fj_build_begin(NULL, "g", &b), FJ_ERR_INVALID);
+	ck_assert_uint_eq(fj_module_graph_count(m), 1);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_compile_errors)
+{
+	fj_context *ctx = new_ctx();
+	fj_module *m, *empty;
+	ck_assert_int_eq(fj_module_parse(ctx, text, strlen(text), NULL, &m), FJ_OK);
+	ck_assert_int_eq(fj_module_new(ctx, &empty), FJ_OK);
+	fj_program *p = (fj_program *)1;
+	fj_compile_options o;
+	ck_assert_int_eq(fj_compile(ctx, NULL, NULL, &p), FJ_ERR_INVALID);
+	ck_assert_ptr_null(p);
+	ck_assert_int_eq(fj_compile(ctx, empty, NULL, &p), FJ_ERR_INVALID);
+	ck_assert(strstr(fj_context_error(ctx), "empty") != NULL);
+	fj_compile_options_init(&o);
+	o.executor = FJ_EXECUTOR_NVPTX;
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_UNSUPPORTED);
+	o.executor = (fj_executor)42;
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	fj_compile_options_init(&o);
+	o.target = "sm_100";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	ck_assert(strstr(fj_context_error(ctx), "sm_100") != NULL);
+	fj_compile_options_init(&o);
+	o.graph = "@other";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	fj_compile_options_init(&o);
+	o.pipeline = "decompose,bogus";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_PARSE);
+	fj_compile_options_init(&o);
+	o.training = 1;
+	o.pipeline = "verify";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	ck_assert(strstr(fj_context_error(ctx), "autodiff") != NULL);
+	o.struct_size = 3;
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	fj_compile_options_init(&o);
+	o.graph = "main";
+	o.executor = FJ_EXECUTOR_AUTO;
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_OK);
+	ck_assert_int_eq(fj_program_executor(p), FJ_EXECUTOR_HOST);
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_INPUT), 2);
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_SAVED), 0);
+	ck_assert_uint_eq(fj_program_count(p, (fj_value_role)9), 0);
+	fj_value_info vi;
+	ck_assert_int_eq(fj_program_info(p, FJ_ROLE_INPUT, 0, &vi), FJ_OK);
+	ck_assert_str_eq(vi.name, "x");
+	ck_assert_str_eq(vi.type, "f32[N,4]");
+	ck_assert_int_eq(vi.sizes[0], -1);
+	ck_assert_int_eq(vi.sizes[1], 4);
+	ck_assert_uint_eq(vi.bytes, 0);
+	ck_assert_int_eq(fj_program_info(p, FJ_ROLE_INPUT, 1, &vi), FJ_OK);
+	ck_assert_uint_eq(vi.bytes, 16);
+	ck_assert_int_eq(fj_program_info(p, FJ_ROLE_OUTPUT, 5, &vi), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_forward(p, NULL, 0, NULL, 0, NULL), FJ_ERR_INVALID);
+	fj_program_destroy(p);
+	fj_program_destroy(NULL);
+	fj_module_destroy(m);
+	fj_module_destroy(empty);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+static void expect_y(float x[][4], const float *w, float y[][4], float *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		float sum = 0;
+		for (int j = 0; j < 4; j++) {
+			float want = tanhf(x[i][j] * w[j]);
+			ck_assert_msg(fabsf(y[i][j] - want) < 1e-6f, "y[%d][%d] = %g, want %g", i, j, y[i][j], want);
+			sum += want;
+		}
+		if (s)
+			ck_assert(fabsf(s[i] - sum) < 1e-5f);
+	}
+}
+
+START_TEST(test_run)
+{
+	fj_context *ctx = new_ctx();
+	fj_program *p = compile_text(ctx, text, _i ? FJ_EXECUTOR_ATEN : FJ_EXECUTOR_HOST, 0);
+	float x[3][4], w[4] = {0.5f, -1, 2, 0.25f}, y[3][4], s[3];
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 4; j++)
+			x[i][j] = 0.1f * (float)(i * 4 + j) - 0.5f;
+	fj_tensor in[2] = {desc(x, FJ_TYPE_F32, 2, 3, 4), desc(w, FJ_TYPE_F32, 1, 4, 0)};
+	fj_tensor out[2] = {desc(y, FJ_TYPE_F32, 2, 3, 4), desc(s, FJ_TYPE_F32, 1, 3, 0)};
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(x, w, y, s, 3);
+
+	/* strided input: x as the transpose of a [4,3] buffer */
+	float xt[4][3];
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 4; j++)
+			xt[j][i] = x[i][j];
+	static const int64_t st_t[2] = {1, 3};
+	in[0] = desc(xt, FJ_TYPE_F32, 2, 3, 4);
+	in[0].strides = st_t;
+	memset(y, 0, sizeof y);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(x, w, y, s, 3);
+	/* broadcast (zero strides) and dense strides given explicitly */
+	static const int64_t st_b[2] = {0, 1}, st_d[2] = {4, 1};
+	float row[4] = {0.3f, -0.2f, 0.1f, 0.9f}, xb[3][4];
+	for (int i = 0; i < 3; i++)
+		memcpy(xb[i], row, sizeof row);
+	in[0] = desc(row, FJ_TYPE_F32, 2, 3, 4);
+	in[0].strides = st_b;
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(xb, w, y, s, 3);
+	in[0] = desc(x, FJ_TYPE_F32, 2, 3, 4);
+	in[0].strides = st_d;
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(x, w, y, s, 3);
+	/* misaligned input (copied) */
+	char *raw = malloc(sizeof x + 8);
+	memcpy(raw + 1, x, sizeof x);
+	in[0] = desc(raw + 1, FJ_TYPE_F32, 2, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(x, w, y, s, 3);
+	free(raw);
+	in[0] = desc(x, FJ_TYPE_F32, 2, 3, 4);
+
+	/* strided output: y written transposed into a [4,3] buffer */
+	float yt[4][3];
+	out[0] = desc(yt, FJ_TYPE_F32, 2, 3, 4);
+	out[0].strides = st_t;
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 4; j++)
+			ck_assert(fabsf(yt[j][i] - tanhf(x[i][j] * w[j])) < 1e-6f);
+
+	/* outputs allocated by fusejit, reused when of the right shape, replaced otherwise */
+	out[0] = desc(NULL, FJ_TYPE_F32, 0, 0, 0);
+	out[1] = desc(NULL, FJ_TYPE_F32, 0, 0, 0);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	ck_assert(out[0].flags & FJ_TENSOR_OWNED);
+	ck_assert_uint_eq((uintptr_t)out[0].data % 64, 0);
+	ck_assert_int_eq(out[0].rank, 2);
+	ck_assert_int_eq(out[0].sizes[0], 3);
+	void *keep = out[0].data;
+	expect_y(x, w, out[0].data, out[1].data, 3);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	ck_assert_ptr_eq(out[0].data, keep);
+	in[0] = desc(x, FJ_TYPE_F32, 2, 2, 4); /* N = 2 now */
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	ck_assert_int_eq(out[0].sizes[0], 2);
+	expect_y(x, w, out[0].data, out[1].data, 2);
+	fj_tensor_release(&out[0]);
+	fj_tensor_release(&out[1]);
+	/* empty tensors */
+	in[0] = desc(NULL, FJ_TYPE_F32, 2, 0, 4);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	ck_assert_int_eq(out[0].sizes[0], 0);
+	fj_tensor_release(&out[0]);
+	fj_tensor_release(&out[1]);
+
+	/* errors */
+	in[0] = desc(x, FJ_TYPE_F32, 2, 3, 4);
+	out[0] = desc(y, FJ_TYPE_F32, 2, 3, 4);
+	out[1] = desc(s, FJ_TYPE_F32, 1, 3, 0);
+	ck_assert_int_eq(fj_program_run(NULL, in, 2, out, 2), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_run(p, in, 1, out, 2), FJ_ERR_INVALID);
+	ck_assert(strstr(fj_context_error(ctx), "takes 2 inputs") != NULL);
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 1), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_run(p, NULL, 2, out, 2), FJ_ERR_INVALID);
+	fj_tensor bad = desc(x, FJ_TYPE_F64, 2, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_RUNTIME);
+	ck_assert(strstr(fj_context_error(ctx), "dtype") != NULL);
+	bad = desc(x, FJ_TYPE_F32, 1, 12, 0);
+	ck_assert_int_ne(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_OK);
+	bad = desc(x, FJ_TYPE_F32, 2, 3, 5); /* 5 != 4 */
+	ck_assert_int_ne(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_OK);
+	bad = desc(NULL, FJ_TYPE_F32, 2, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_INVALID);
+	bad = desc(x, FJ_TYPE_F32, 2, -3, 4);
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_INVALID);
+	bad = desc(x, FJ_TYPE_F32, 9, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_INVALID);
+	bad = desc(x, (fj_scalar_type)17, 2, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_INVALID);
+	bad = desc(x, FJ_TYPE_F32, 2, 3, 4);
+	bad.device = FJ_DEVICE_CUDA;
+	ck_assert_int_eq(fj_program_run(p, (fj_tensor[]){bad, in[1]}, 2, out, 2), FJ_ERR_UNSUPPORTED);
+	ck_assert(strstr(fj_context_error(ctx), "nvptx") != NULL);
+	fj_tensor badout[2] = {desc(y, FJ_TYPE_F32, 2, 4, 3), out[1]};
+	ck_assert_int_eq(fj_program_run(p, in, 2, badout, 2), FJ_ERR_INVALID);
+	ck_assert(strstr(fj_context_error(ctx), "output 0") != NULL);
+	badout[0] = desc(y, FJ_TYPE_I32, 2, 3, 4);
+	ck_assert_int_eq(fj_program_run(p, in, 2, badout, 2), FJ_ERR_INVALID);
+	/* still fine afterwards */
+	ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+	expect_y(x, w, y, s, 3);
+	fj_saved *sv = (fj_saved *)1;
+	ck_assert_int_eq(fj_program_forward(p, in, 2, out, 2, &sv), FJ_ERR_INVALID);
+	ck_assert_ptr_null(sv);
+	ck_assert_int_eq(fj_program_backward(p, NULL, NULL, 0, NULL, 0), FJ_ERR_INVALID);
+	fj_program_destroy(p);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+static const char train_text[] =
+	"graph @f(%x: f32[B,3] {nograd}, %w: f32[3], %i: i64[B]) {\n"
+	"  %h = aten.mul(%x, %w)\n"
+	"  %e = aten.exp(%h)\n"
+	"  %s = aten.sum(%e)\n"
+	"  %c = aten.mul(%i, 2)\n"
+	"  return %s, %c\n"
+	"}\n";
+
+START_TEST(test_training)
+{
+	fj_context *ctx = new_ctx();
+	fj_program *p = compile_text(ctx, train_text, FJ_EXECUTOR_HOST, 1);
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_INPUT), 3);
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_OUTPUT), 2);
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_TANGENT), 1); /* only the float output */
+	ck_assert_uint_eq(fj_program_count(p, FJ_ROLE_GRADIENT), 1);
+	fj_value_info vi;
+	ck_assert_int_eq(fj_program_info(p, FJ_ROLE_GRADIENT, 0, &vi), FJ_OK);
+	ck_assert_str_eq(vi.name, "w");
+	ck_assert_str_eq(vi.type, "f32[3]");
+	size_t nsaved = fj_program_count(p, FJ_ROLE_SAVED);
+	ck_assert_uint_gt(nsaved, 0);
+	float x[2][3] = {{0.1f, 0.2f, 0.3f}, {-0.4f, 0.5f, 0.6f}}, w[3] = {1, 2, -1};
+	int64_t iv[2] = {4, 5}, c[2];
+	float s = 0, t = 2.0f, gw[3];
+	fj_tensor in[3] = {desc(x, FJ_TYPE_F32, 2, 2, 3), desc(w, FJ_TYPE_F32, 1, 3, 0), desc(iv, FJ_TYPE_I64, 1, 2, 0)};
+	fj_tensor out[2] = {desc(&s, FJ_TYPE_F32, 0, 0, 0), desc(c, FJ_TYPE_I64, 1, 2, 0)};
+	fj_saved *sv;
+	ck_assert_int_eq(fj_program_forward(p, in, 3, out, 2, &sv), FJ_OK);
+	ck_assert_uint_eq(fj_saved_count(sv), nsaved);
+	ck_assert_uint_gt(fj_saved_bytes(sv), 0);
+	fj_tensor view;
+	ck_assert_int_eq(fj_saved_info(sv, 0, &vi, &view), FJ_OK);
+	ck_assert_uint_gt(vi.bytes, 0);
+	ck_assert_ptr_nonnull(view.data);
+	ck_assert_int_eq(fj_saved_info(sv, 99, &vi, NULL), FJ_ERR_INVALID);
+	ck_assert_int_eq(c[1], 10);
+	fj_tensor tan = desc(&t, FJ_TYPE_F32, 0, 0, 0), g = desc(gw, FJ_TYPE_F32, 1, 3, 0);
+	ck_assert_int_eq(fj_program_backward(p, sv, &tan, 1, &g, 1), FJ_OK);
+	float want_s = 0;
+	for (int j = 0; j < 3; j++) {
+		float want = 0;
+		for (int i = 0; i < 2; i++) {
+			want += 2.0f * x[i][j] * expf(x[i][j] * w[j]);
+			want_s += expf(x[i][j] * w[j]);
+		}
+		ck_assert(fabsf(gw[j] - want) < 1e-5f);
+	}
+	ck_assert(fabsf(s - want_s) < 1e-5f);
+	/* again (saved is not consumed), and the errors */
+	ck_assert_int_eq(fj_program_backward(p, sv, &tan, 1, &g, 1), FJ_OK);
+	ck_assert_int_eq(fj_program_backward(p, sv, &tan, 0, &g, 1), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_backward(p, sv, &tan, 1, &g, 2), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_backward(p, NULL, &tan, 1, &g, 1), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_program_forward(p, in, 3, out, 2, NULL), FJ_ERR_INVALID);
+	/* run() on a training program: the forward only */
+	ck_assert_int_eq(fj_program_run(p, in, 3, out, 2), FJ_OK);
+	fj_saved_destroy(sv);
+	fj_saved_destroy(NULL);
+	fj_program_destroy(p);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+static void diag_count(void *ud, const fj_diagnostic *d)
+{
+	(void)d;
+	++*(int *)ud;
+}
+
+START_TEST(test_cache_settings)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	int ndiag = 0;
+	fj_context_set_diag_handler(ctx, diag_count, &ndiag);
+	char dir[] = "/tmp/fj-unit-api.XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(fj_context_set_cache(ctx, dir, 1 << 20), FJ_OK);
+	ck_assert_int_eq(fj_context_set_cache(NULL, dir, 0), FJ_ERR_INVALID);
+	fj_program *p = compile_text(ctx, text, FJ_EXECUTOR_ATEN, 0);
+	fj_cache_stats cs;
+	fj_context_cache_stats(ctx, &cs);
+	ck_assert_uint_gt(cs.kernels_compiled, 0);
+	ck_assert_uint_eq(cs.disk_stores, 1);
+	fj_program *p2 = compile_text(ctx, text, FJ_EXECUTOR_ATEN, 0);
+	fj_cache_stats cs2;
+	fj_context_cache_stats(ctx, &cs2);
+	ck_assert_uint_eq(cs2.kernels_compiled, cs.kernels_compiled);
+	ck_assert_uint_gt(cs2.memory_hits, cs.memory_hits);
+	fj_context_cache_stats(NULL, &cs2);
+	ck_assert_uint_eq(cs2.kernels_compiled, 0);
+	fj_context_cache_stats(ctx, NULL);
+	fj_program_destroy(p);
+	fj_program_destroy(p2);
+	ck_assert_int_eq(fj_compile(ctx, NULL, NULL, &p), FJ_ERR_INVALID);
+	ck_assert_int_ge(ndiag, 1);
+	fj_context_destroy(ctx);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Out of memory at the n-th allocation of parse + compile + run: an error,
+ * never a crash or a leak. Every n up to 60, then a sample up to success. */
+START_TEST(test_alloc_failures)
+{
+	bool done = false;
+	for (long n = 1; !done && n < 100000; n += n < 60 ? 1 : 97) {
+		fj_test_alloc a = {0, n, 0};
+		fj_context *ctx = fj_context_create(fj_test_alloc_fn, &a);
+		if (!ctx) {
+			ck_assert_uint_eq(a.live, 0);
+			continue;
+		}
+		fj_context_set_cache(ctx, "off", 0);
+		fj_module *m = NULL;
+		fj_program *p = NULL;
+		fj_status st = fj_module_parse(ctx, text, strlen(text), "oom.fj", &m);
+		if (st == FJ_OK) {
+			fj_compile_options o;
+			fj_compile_options_init(&o);
+			o.executor = FJ_EXECUTOR_ATEN;
+			st = fj_compile(ctx, m, &o, &p);
+		}
+		if (st == FJ_OK) {
+			float x[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}}, w[4] = {1, 1, 1, 1};
+			fj_tensor in[2] = {desc(x, FJ_TYPE_F32, 2, 2, 4), desc(w, FJ_TYPE_F32, 1, 4, 0)};
+			fj_tensor out[2] = {desc(NULL, FJ_TYPE_F32, 0, 0, 0), desc(NULL, FJ_TYPE_F32, 0, 0, 0)};
+			st = fj_program_run(p, in, 2, out, 2);
+			fj_tensor_release(&out[0]);
+			fj_tensor_release(&out[1]);
+			done = st == FJ_OK;
+		}
+		if (!done)
+			ck_assert_int_ne(st, FJ_OK);
+		fj_program_destroy(p);
+		fj_module_destroy(m);
+		fj_context_destroy(ctx);
+		ck_assert_msg(a.live == 0, "%zu bytes leaked when allocation %ld failed", a.live, n);
+	}
+	ck_assert(done);
+}
+END_TEST
+
+Suite *suite_api(void)
+{
+	Suite *s = suite_create("api");
+	TCase *tc = tcase_create("api");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_version);
+	tcase_add_test(tc, test_modules);
+	tcase_add_test(tc, test_builder);
+	tcase_add_test(tc, test_compile_errors);
+	tcase_add_loop_test(tc, test_run, 0, 2);
+	tcase_add_test(tc, test_training);
+	tcase_add_test(tc, test_cache_settings);
+	tcase_add_test(tc, test_alloc_failures);
+	suite_add_tcase(s, tc);
+	return s;
+}

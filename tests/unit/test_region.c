@@ -1,0 +1,495 @@
+/* test_region.c -- the region code generator (codegen/region*.c) through the
+ * host executor: each graph (aten ops) runs on `aten` (the unfused reference)
+ * and on `host` (default pipeline: fused regions, one kernel each), and the
+ * outputs are compared with IR.md §5's tolerances. Every schedule, odd sizes,
+ * empty tensors, f16/bf16, symbolic sizes reusing one kernel, index errors,
+ * and the accuracy of the polynomial math (max ulp reported). */
+#include <math.h>
+#include <stdio.h>
+
+#include "frontend/frontend.h"
+#include "passes/pass.h"
+#include "runtime/program.h"
+#include "test.h"
+
+typedef struct sym {
+	const char *name;
+	int64_t value;
+} sym;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (double)(rng >> 11) * 0x1.0p-53;
+}
+
+static int64_t sym_value(const fj_module *m, fj_dim d, const sym *syms)
+{
+	if (fj_dim_is_static(d))
+		return d;
+	const fj_symexpr *e = fj_dim_expr(m, d);
+	int64_t v = e->coef;
+	for (uint32_t k = 0; k < e->nsyms; k++) {
+		const char *name = fj_symbol_name(m, e->syms[k]);
+		int64_t s = -1;
+		for (const sym *p = syms; p && p->name; p++)
+			if (strcmp(p->name, name) == 0)
+				s = p->value;
+		ck_assert_msg(s >= 0, "no value for symbol %s", name);
+		v *= s;
+	}
+	return v;
+}
+
+typedef struct gcase {
+	const char *src;
+	const sym *syms;     /* NULL-terminated, may be NULL */
+	const char *sched;   /* a schedule the fused graph must hold, or NULL */
+	double lo, hi;       /* float input range (default [-1, 1)) */
+	int64_t ilimit;      /* integer inputs in [0, ilimit) (default 10) */
+	const char *expect_error; /* the host run must fail with this text */
+} gcase;
+
+static fj_graph *parse(fj_context *ctx, const char *src, fj_module **m)
+{
+	fj_status st = fj_parse_module(ctx, src, strlen(src), "t.fj", m);
+	ck_assert_msg(st == FJ_OK, "parse: %s\n%s", fj_context_error(ctx), src);
+	ck_assert_int_eq(fj_verify_module(*m), FJ_OK);
+	return (*m)->graphs[0];
+}
+
+static fj_graph *fuse_copy(fj_context *ctx, const char *src, fj_module **m, const char *sched)
+{
+	fj_graph *g = parse(ctx, src, m);
+	char name[128];
+	snprintf(name, sizeof name, "%s", g->name);
+	fj_status st = fj_run_pipeline(*m, fj_named_pipeline("default"), NULL);
+	ck_assert_msg(st == FJ_OK, "pipeline: %s", fj_context_error(ctx));
+	g = fj_module_find_graph(*m, name);
+	ck_assert(g != NULL);
+	bool found = sched == NULL;
+	uint32_t nk = 0;
+	for (uint32_t i = 0; i < g->nnodes; i++)
+		if (g->nodes[i].body) {
+			nk++;
+			if (sched && g->nodes[i].schedule && strcmp(g->nodes[i].schedule, sched) == 0)
+				found = true;
+		}
+	if (!found) {
+		fj_buf b;
+		fj_buf_init(&b, ctx);
+		fj_print_graph(&b, g);
+		ck_abort_msg("no %s region in:\n%s", sched, b.data ? b.data : "");
+	}
+	ck_assert_uint_ge(nk, 1);
+	return g;
+}
+
+static void fill(fj_rt_tensor *t, const gcase *c)
+{
+	int64_t n = fj_rt_tensor_numel(t);
+	double lo = c->lo, hi = c->hi;
+	if (lo == 0 && hi == 0) {
+		lo = -1;
+		hi = 1;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		double v;
+		if (fj_dtype_is_float(t->dtype))
+			v = lo + (hi - lo) * urand();
+		else if (fj_dtype_is_bool(t->dtype))
+			v = urand() < 0.5;
+		else
+			v = (double)(int64_t)((c->ilimit ? c->ilimit : 10) * urand());
+		fj_rt_store_f64(t->data, t->dtype, i, v);
+	}
+}
+
+/* Runs c on aten and host; compares. Returns host's compiled kernel count. */
+static uint32_t run_case_ctx(fj_context *ctx, const gcase *c)
+{
+	fj_module *mr = NULL, *mf = NULL;
+	fj_graph *gr = parse(ctx, c->src, &mr);
+	fj_graph *gf = fuse_copy(ctx, c->src, &mf, c->sched);
+	uint32_t np = gr->nparams, nr = gr->nresults;
+	fj_rt_tensor in[16], outr[16], outf[16];
+	const fj_rt_tensor *inp[16];
+	memset(in, 0, sizeof in);
+	memset(outr, 0, sizeof outr);
+	memset(outf, 0, sizeof outf);
+	ck_assert_uint_le(np, 16);
+	ck_assert_uint_le(nr, 16);
+	for (uint32_t i = 0; i < np; i++) {
+		const fj_type *t = &gr->values[gr->params[i]].type;
+		int64_t dims[FJ_MAX_RANK];
+		for (int d = 0; d < t->rank; d++)
+			dims[d] = sym_value(mr, t->dims[d], c->syms);
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &in[i], t->dtype, t->rank, dims), FJ_OK);
+		fill(&in[i], c);
+		inp[i] = &in[i];
+	}
+	fj_rt_program *pr = NULL, *pf = NULL;
+	ck_assert_msg(fj_rt_program_create(ctx, gr, FJ_RT_EXEC_ATEN, &pr) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_msg(fj_rt_program_create(ctx, gf, FJ_RT_EXEC_HOST, &pf) == FJ_OK, "%s", fj_context_error(ctx));
+	uint32_t compiled = fj_rt_program_compiled(pf);
+	ck_assert_msg(fj_rt_program_bind(pf, inp, NULL, NULL, 0) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_status st = fj_rt_program_run(pf, inp, outf);
+	if (c->expect_error) {
+		ck_assert_msg(st != FJ_OK, "expected an error: %s", c->expect_error);
+		ck_assert_msg(strstr(fj_context_error(ctx), c->expect_error), "error '%s' does not say '%s'",
+		              fj_context_error(ctx), c->expect_error);
+	} else {
+		ck_assert_msg(st == FJ_OK, "host: %s", fj_context_error(ctx));
+		ck_assert_msg(fj_rt_program_bind(pr, inp, NULL, NULL, 0) == FJ_OK, "%s", fj_context_error(ctx));
+		ck_assert_msg(fj_rt_program_run(pr, inp, outr) == FJ_OK, "aten: %s", fj_context_error(ctx));
+		/* run twice: outputs are reused */
+		ck_assert_msg(fj_rt_program_run(pf, inp, outf) == FJ_OK, "host: %s", fj_context_error(ctx));
+		for (uint32_t j = 0; j < nr; j++) {
+			ck_assert_msg(fj_rt_tensor_same_type(&outf[j], &outr[j]), "output %u type", j);
+			bool placed;
+			double err = fj_rt_rel_l2(&outf[j], &outr[j], &placed);
+			double tol = fj_rt_tolerance(outr[j].dtype);
+			ck_assert_msg(placed && err <= tol, "output %u (%s): rel_err %g > %g (placed %d)\n%s", j,
+			              fj_dtype_name(outr[j].dtype), err, tol, placed, c->src);
+		}
+	}
+	for (uint32_t i = 0; i < np; i++)
+		fj_rt_tensor_free(&in[i]);
+	for (uint32_t j = 0; j < nr; j++) {
+		fj_rt_tensor_free(&outr[j]);
+		fj_rt_tensor_free(&outf[j]);
+	}
+	fj_rt_program_destroy(pr);
+	fj_rt_program_destroy(pf);
+	fj_module_destroy(mr);
+	fj_module_destroy(mf);
+	fj_context_clear_diagnostics(ctx);
+	return compiled;
+}
+
+static void run_case(const gcase *c)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	run_case_ctx(ctx, c);
+	fj_context_destroy(ctx);
+}
+
+#define CASE(...) run_case(&(gcase){__VA_ARGS__})
+
+/* ---- pointwise ---- */
+
+START_TEST(pointwise_chain)
+{
+	static const int64_t sizes[] = {1, 7, 4097};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(sizes); i++) {
+		char src[1024];
+		snprintf(src, sizeof src,
+		         "graph @f(%%x: f32[3,%lld], %%b: f32[%lld]) {\n"
+		         "  %%a = aten.mul(%%x, 2.0)\n  %%c = aten.add(%%a, 1)\n  %%t = aten.tanh(%%c)\n"
+		         "  %%u = aten.mul(%%t, %%x)\n  %%e = aten.exp(%%u)\n  %%l = aten.log1p(%%e)\n"
+		         "  %%s = aten.sigmoid(%%l)\n  %%d = aten.sub(%%s, 0.5)\n  %%m = aten.mul(%%d, %%x)\n"
+		         "  %%y = aten.sin(%%m)\n  %%z = aten.add(%%y, %%b)\n  return %%z, %%e\n}\n",
+		         (long long)sizes[i], (long long)sizes[i]);
+		CASE(.src = src, .sched = "pointwise");
+	}
+}
+END_TEST
+
+START_TEST(pointwise_activations)
+{
+	CASE(.src = "graph @f(%x: f32[N,33]) {\n"
+	            "  %a = aten.gelu(%x) {approximate=\"tanh\"}\n  %b = aten.gelu(%x)\n  %c = aten.silu(%x)\n"
+	            "  %d = aten.erfc(%x)\n  %e = aten.expm1(%x)\n  %f = aten.log(%x)\n  %g = aten.cos(%x)\n"
+	            "  %h = aten.tan(%x)\n  %i = aten.exp2(%x)\n  %j = aten.log2(%x)\n  %k = aten.log10(%x)\n"
+	            "  %l = aten.softplus(%x)\n  %m = aten.elu(%x)\n"
+	            "  return %a, %b, %c, %d, %e, %f, %g, %h, %i, %j, %k, %l, %m\n}\n",
+	     .syms = (const sym[]){{"N", 5}, {0}}, .lo = -3, .hi = 3);
+}
+END_TEST
+
+START_TEST(pointwise_layout)
+{
+	CASE(.src = "graph @f(%x: f32[4,6], %z: f32[2,6]) {\n"
+	            "  %k = aten.cat(%x, %z) {dim=0}\n  %e = aten.exp(%k)\n  return %e\n}\n");
+	CASE(.src = "graph @f(%x: f32[6,6]) {\n"
+	            "  %r = aten.reshape(%x) {shape=[3,2,6]}\n  %e = aten.exp(%r)\n  return %e\n}\n");
+	CASE(.src = "graph @f(%x: f32[4,6], %z: f32[2,6]) {\n"
+	            "  %k = aten.cat(%x, %z) {dim=0}\n  %r = aten.reshape(%k) {shape=[3,2,6]}\n  %e = aten.exp(%r)\n"
+	            "  return %e\n}\n");
+	/* broadcasts, transpose, slice, flip, cat, reshape, pad-free concat */
+	CASE(.src = "graph @f(%x: f32[4,6], %y: f32[6,4], %b: f32[6], %z: f32[2,6]) {\n"
+	            "  %t = aten.t(%y)\n  %a = aten.add(%x, %t)\n  %c = aten.mul(%a, %b)\n"
+	            "  %f = aten.flip(%c) {dims=[0]}\n  %s = aten.slice(%f) {dim=1, start=1, end=5}\n"
+	            "  %k = aten.cat(%x, %z) {dim=0}\n  %r = aten.reshape(%k) {shape=[3,2,6]}\n"
+	            "  %e = aten.exp(%r)\n  return %s, %e\n}\n");
+	CASE(.src = "graph @f(%x: f32[64,48]) {\n  %t = aten.transpose(%x) {dim0=0, dim1=1}\n"
+	            "  %e = aten.exp(%t)\n  return %e\n}\n",
+	     .sched = "transpose");
+}
+END_TEST
+
+START_TEST(pointwise_dtypes)
+{
+	CASE(.src = "graph @f(%x: f16[5,7], %y: bf16[5,7]) {\n  %a = aten.mul(%x, 1.5)\n  %b = aten.tanh(%a)\n"
+	            "  %c = aten.add(%y, 0.25)\n  %d = aten.exp(%c)\n  %e = aten._to_copy(%d) {dtype=f32}\n"
+	            "  %f = aten._to_copy(%b) {dtype=bf16}\n  return %b, %d, %e, %f\n}\n");
+	CASE(.src = "graph @f(%x: i32[9], %y: i64[9]) {\n  %a = aten.add(%x, %y)\n  %b = aten.mul(%a, 3)\n"
+	            "  %c = aten.gt(%b, 10)\n  %d = aten.where(%c, %b, %y)\n  return %d, %c\n}\n");
+	CASE(.src = "graph @f(%x: f64[3,5]) {\n  %a = aten.exp(%x)\n  %b = aten.sin(%a)\n  return %b\n}\n");
+}
+END_TEST
+
+START_TEST(pointwise_empty)
+{
+	CASE(.src = "graph @f(%x: f32[0,5], %b: f32[5]) {\n  %a = aten.add(%x, %b)\n  %e = aten.exp(%a)\n"
+	            "  return %e\n}\n");
+	CASE(.src = "graph @f(%x: f32[N,5]) {\n  %e = aten.exp(%x)\n  %s = aten.sum(%e) {dims=[1]}\n"
+	            "  return %e, %s\n}\n",
+	     .syms = (const sym[]){{"N", 0}, {0}});
+}
+END_TEST
+
+/* ---- reductions and normalizations ---- */
+
+START_TEST(reduce_inner)
+{
+	static const int64_t sizes[] = {1, 7, 4097};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(sizes); i++) {
+		char src[1024];
+		snprintf(src, sizeof src,
+		         "graph @f(%%x: f32[5,%lld]) {\n  %%e = aten.exp(%%x)\n  %%s = aten.sum(%%e) {dims=[1]}\n"
+		         "  %%m = aten.amax(%%x) {dims=[1], keepdim=true}\n  %%n = aten.amin(%%x) {dims=[-1]}\n"
+		         "  %%p = aten.prod(%%e) {dims=[1]}\n  %%v, %%mu = aten.var_mean(%%x) {dims=[1], correction=1}\n"
+		         "  %%a = aten.argmax(%%x) {dim=1}\n  %%b = aten.argmin(%%x) {dim=1, keepdim=true}\n"
+		         "  return %%s, %%m, %%n, %%p, %%v, %%mu, %%a, %%b\n}\n",
+		         (long long)sizes[i]);
+		CASE(.src = src, .lo = -0.5, .hi = 0.5);
+	}
+	/* a full reduction */
+	CASE(.src = "graph @f(%x: f32[37,11]) {\n  %s = aten.sum(%x)\n  %m = aten.mean(%x)\n  return %s, %m\n}\n");
+}
+END_TEST
+
+START_TEST(reduce_outer)
+{
+	CASE(.src = "graph @f(%x: f32[33,300]) {\n  %e = aten.mul(%x, %x)\n  %s = aten.sum(%e) {dims=[0]}\n"
+	            "  %v, %m = aten.var_mean(%x) {dims=[0], correction=0}\n  %a = aten.amax(%x) {dims=[0]}\n"
+	            "  return %s, %v, %m, %a\n}\n",
+	     .sched = "reduction_outer");
+	CASE(.src = "graph @f(%x: f32[3,17,5]) {\n  %s = aten.sum(%x) {dims=[1]}\n"
+	            "  %a = aten.argmax(%x) {dim=1}\n  return %s, %a\n}\n");
+}
+END_TEST
+
+START_TEST(persistent)
+{
+	static const int64_t sizes[] = {1, 7, 4097};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(sizes); i++) {
+		char src[2048];
+		snprintf(src, sizeof src,
+		         "graph @f(%%x: f32[N,%lld], %%w: f32[%lld], %%b: f32[%lld]) {\n"
+		         "  %%s = aten._softmax(%%x) {dim=1}\n  %%l = aten._log_softmax(%%x) {dim=-1}\n"
+		         "  %%y, %%m, %%r = aten.native_layer_norm(%%x, %%w, %%b) {normalized_shape=[%lld], eps=1e-5}\n"
+		         "  %%q = aten.rms_norm(%%x, %%w) {normalized_shape=[%lld], eps=1e-6}\n"
+		         "  return %%s, %%l, %%y, %%m, %%r, %%q\n}\n",
+		         (long long)sizes[i], (long long)sizes[i], (long long)sizes[i], (long long)sizes[i],
+		         (long long)sizes[i]);
+		CASE(.src = src, .syms = (const sym[]){{"N", 6}, {0}}, .sched = sizes[i] > 1 ? "persistent_inner" : NULL);
+	}
+	CASE(.src = "graph @f(%x: f32[40,24]) {\n  %s = aten._softmax(%x) {dim=0}\n  return %s\n}\n",
+	     .sched = "persistent_outer");
+	CASE(.src = "graph @f(%x: f16[6,50], %w: f16[50]) {\n"
+	            "  %q = aten.rms_norm(%x, %w) {normalized_shape=[50]}\n"
+	            "  %s = aten._softmax(%x) {dim=1}\n  return %q, %s\n}\n");
+	CASE(.src = "graph @f(%x: bf16[6,50]) {\n  %s = aten._softmax(%x) {dim=1}\n  return %s\n}\n");
+}
+END_TEST
+
+/* ---- opaque schedules ---- */
+
+START_TEST(matmul)
+{
+	CASE(.src = "graph @f(%x: f32[N,64], %w: f32[33,64], %b: f32[33]) {\n"
+	            "  %h = aten.linear(%x, %w, %b)\n  %g = aten.gelu(%h) {approximate=\"tanh\"}\n  return %g\n}\n",
+	     .syms = (const sym[]){{"N", 7}, {0}}, .sched = "matmul");
+	CASE(.src = "graph @f(%a: f32[3,5,300], %b: f32[3,300,7]) {\n  %c = aten.bmm(%a, %b)\n  return %c\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%a: f32[1,1], %b: f32[1,1]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n");
+}
+END_TEST
+
+START_TEST(indexing)
+{
+	CASE(.src = "graph @f(%w: f32[10,16], %i: i64[4,3]) {\n  %e = aten.embedding(%w, %i)\n  return %e\n}\n",
+	     .sched = "take");
+	CASE(.src = "graph @f(%x: f32[5,10], %i: i64[5,4]) {\n  %g = aten.gather(%x, %i) {dim=1}\n  return %g\n}\n",
+	     .sched = "gather");
+}
+END_TEST
+
+START_TEST(scatter_index_add)
+{
+	CASE(.src = "graph @f(%x: f32[10,6], %i: i64[5,6], %s: f32[5,6]) {\n"
+	            "  %g = aten.scatter_add(%x, %i, %s) {dim=0}\n  return %g\n}\n",
+	     .sched = "scatter");
+	CASE(.src = "graph @f(%x: f32[10,6], %i: i64[4], %s: f32[4,6]) {\n"
+	            "  %g = aten.index_add(%x, %i, %s) {dim=0}\n  return %g\n}\n",
+	     .sched = "scatter");
+}
+END_TEST
+
+START_TEST(index_errors)
+{
+	CASE(.src = "graph @f(%w: f32[10,16], %i: i64[4]) {\n  %e = aten.embedding(%w, %i)\n  return %e\n}\n",
+	     .ilimit = 1000, .expect_error = "index out of range");
+	CASE(.src = "graph @f(%x: f32[5,10], %i: i64[5,4]) {\n  %g = aten.gather(%x, %i) {dim=1}\n  return %g\n}\n",
+	     .ilimit = 1000, .expect_error = "index out of range");
+	CASE(.src = "graph @f(%x: f32[10,6], %i: i64[5,6], %s: f32[5,6]) {\n"
+	            "  %g = aten.scatter_add(%x, %i, %s) {dim=0}\n  return %g\n}\n",
+	     .ilimit = 1000, .expect_error = "index out of range");
+}
+END_TEST
+
+START_TEST(scan)
+{
+	CASE(.src = "graph @f(%x: f32[4,37]) {\n  %c = aten.cumsum(%x) {dim=1}\n  %d = aten.cumsum(%x) {dim=0}\n"
+	            "  return %c, %d\n}\n",
+	     .sched = "scan");
+}
+END_TEST
+
+/* ---- symbolic sizes: one kernel for every size ---- */
+
+START_TEST(symbolic_reuse)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	const char *src = "graph @f(%x: f32[N,M], %w: f32[M]) {\n"
+	                  "  %y = aten.rms_norm(%x, %w) {normalized_shape=[M], eps=1e-6}\n"
+	                  "  %z = aten.silu(%y)\n  return %z\n}\n";
+	uint32_t c1 = run_case_ctx(ctx, &(gcase){.src = src, .syms = (const sym[]){{"N", 3}, {"M", 9}, {0}}});
+	uint32_t c2 = run_case_ctx(ctx, &(gcase){.src = src, .syms = (const sym[]){{"N", 17}, {"M", 4097}, {0}}});
+	ck_assert_uint_ge(c1, 1);
+	ck_assert_uint_eq(c2, 0);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- accuracy of the polynomial math ---- */
+
+static double ulp_diff(float got, double ref)
+{
+	if (isnan(ref))
+		return isnan(got) ? 0 : INFINITY;
+	if (isinf(ref))
+		return got == (float)ref ? 0 : INFINITY;
+	float rf = (float)ref;
+	double sp = fabs((double)nextafterf(fabsf(rf), INFINITY) - (double)fabsf(rf));
+	if (rf == 0)
+		sp = 1.4e-45;
+	return fabs((double)got - ref) / sp;
+}
+
+typedef struct mcase {
+	const char *op;
+	double lo, hi;
+	double (*ref)(double);
+	double max_ulp;
+} mcase;
+
+static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+
+START_TEST(poly_accuracy)
+{
+	static const mcase cases[] = {
+		{"exp", -87, 88, exp, 4},      {"exp", -104, -87, exp, 4},   {"exp2", -126, 127, exp2, 4},
+		{"expm1", -10, 10, expm1, 4},  {"log", 1e-30, 1e30, log, 4}, {"log", 1e-44, 1e-38, log, 4},
+		{"log2", 1e-10, 1e10, log2, 4}, {"log10", 1e-10, 1e10, log10, 4},
+		{"log1p", -0.999, 1e6, log1p, 4}, {"sin", -1000, 1000, sin, 4}, {"cos", -1000, 1000, cos, 4}, {"sin", -1e5, 1e5, sin, 4},
+		{"tan", -1.5, 1.5, tan, 6},     {"tanh", -20, 20, tanh, 8},   {"erf", -6, 6, erf, 6},
+		{"erfc", -6, 4, erfc, 16}, {"erfc", 4, 9, erfc, 16},      {"sigmoid", -80, 80, ref_sigmoid, 6},
+	};
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	enum { N = 200003 };
+	for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++) {
+		char src[256];
+		snprintf(src, sizeof src, "graph @f(%%x: f32[%d]) {\n  %%y = aten.%s(%%x)\n  return %%y\n}\n", N, cases[c].op);
+		fj_module *m = NULL;
+		fj_graph *g = fuse_copy(ctx, src, &m, "pointwise");
+		fj_rt_tensor in = {0}, out = {0};
+		int64_t n = N;
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &in, FJ_DT_F32, 1, &n), FJ_OK);
+		bool logscale = cases[c].lo > 0;
+		for (int64_t i = 0; i < n; i++) {
+			double t = (double)i / (double)(n - 1), v;
+			if (logscale)
+				v = exp(log(cases[c].lo) + t * (log(cases[c].hi) - log(cases[c].lo)));
+			else
+				v = cases[c].lo + t * (cases[c].hi - cases[c].lo);
+			((float *)in.data)[i] = (float)v;
+		}
+		const fj_rt_tensor *inp[1] = {&in};
+		fj_rt_program *p = NULL;
+		ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p) == FJ_OK, "%s", fj_context_error(ctx));
+		ck_assert_int_eq(fj_rt_program_bind(p, inp, NULL, NULL, 0), FJ_OK);
+		ck_assert_msg(fj_rt_program_run(p, inp, &out) == FJ_OK, "%s", fj_context_error(ctx));
+		double worst = 0, at = 0;
+		for (int64_t i = 0; i < n; i++) {
+			float x = ((float *)in.data)[i];
+			double u = ulp_diff(((float *)out.data)[i], cases[c].ref((double)x));
+			if (u > worst) {
+				worst = u;
+				at = x;
+			}
+		}
+		fprintf(stderr, "region poly math: %-8s [%g, %g]: max %.2f ulp (at %g)\n", cases[c].op, cases[c].lo,
+		        cases[c].hi, worst, at);
+		ck_assert_msg(worst <= cases[c].max_ulp, "%s: %.2f ulp at %g", cases[c].op, worst, at);
+		/* special values */
+		static const float sv[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+		for (size_t k = 0; k < FJ_ARRAY_LEN(sv); k++)
+			((float *)in.data)[k] = sv[k];
+		ck_assert_int_eq(fj_rt_program_run(p, inp, &out), FJ_OK);
+		for (size_t k = 0; k < FJ_ARRAY_LEN(sv); k++) {
+			double ref = cases[c].ref((double)sv[k]);
+			float got = ((float *)out.data)[k];
+			ck_assert_msg((isnan(ref) && isnan(got)) || (float)ref == got, "%s(%g) = %g, expected %g", cases[c].op,
+			              (double)sv[k], (double)got, ref);
+		}
+		fj_rt_program_destroy(p);
+		fj_rt_tensor_free(&in);
+		fj_rt_tensor_free(&out);
+		fj_module_destroy(m);
+	}
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* The code generator under test, never kernels from the disk cache (a
+ * checked fixture: it runs in each test's own process). */
+static void no_disk_cache(void) { setenv("FUSEJIT_CACHE_DIR", "off", 1); }
+
+Suite *suite_region(void)
+{
+	Suite *s = suite_create("region");
+	TCase *tc = tcase_create("region");
+	tcase_add_checked_fixture(tc, no_disk_cache, NULL);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, pointwise_chain);
+	tcase_add_test(tc, pointwise_activations);
+	tcase_add_test(tc, pointwise_layout);
+	tcase_add_test(tc, pointwise_dtypes);
+	tcase_add_test(tc, pointwise_empty);
+	tcase_add_test(tc, reduce_inner);
+	tcase_add_test(tc, reduce_outer);
+	tcase_add_test(tc, persistent);
+	tcase_add_test(tc, matmul);
+	tcase_add_test(tc, indexing);
+	tcase_add_test(tc, scatter_index_add);
+	tcase_add_test(tc, index_errors);
+	tcase_add_test(tc, scan);
+	tcase_add_test(tc, symbolic_reuse);
+	tcase_add_test(tc, poly_accuracy);
+	suite_add_tcase(s, tc);
+	return s;
+}

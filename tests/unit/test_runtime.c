@@ -1,0 +1,542 @@
+/* test_runtime.c -- runtime/: .npy I/O (round trips, every corrupt file),
+ * half-precision conversions, the relative L2 error, the thread pool, the
+ * binding of symbolic sizes and the buffer plan. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "backend_host/host.h"
+#include "frontend/frontend.h"
+#include "runtime/npy.h"
+#include "runtime/program.h"
+#include "test.h"
+
+/* ---- .npy ---- */
+
+static char *tmpdir(void)
+{
+	static char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/fj-unit-rt.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	return dir;
+}
+
+START_TEST(test_npy_roundtrip)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	char *dir = tmpdir();
+	static const int64_t shapes[][3] = {{2, 3, 5}, {7, 0, 0}, {0, 0, 0}, {0, 4, 0}};
+	static const int ranks[] = {3, 1, 0, 2};
+	for (int dt = 0; dt < FJ_DT_COUNT; dt++)
+		for (size_t s = 0; s < FJ_ARRAY_LEN(ranks); s++) {
+			fj_rt_tensor t, r;
+			ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &t, (fj_dtype)dt, ranks[s], shapes[s]), FJ_OK);
+			ck_assert_uint_eq((uintptr_t)t.data % 64, 0);
+			for (size_t b = 0; b < t.nbytes; b++)
+				((unsigned char *)t.data)[b] = (unsigned char)(b * 37 + dt);
+			if (dt == FJ_DT_BOOL)
+				for (size_t b = 0; b < t.nbytes; b++)
+					((unsigned char *)t.data)[b] &= 1;
+			char path[128];
+			snprintf(path, sizeof path, "%s/t_%d_%zu.npy", dir, dt, s);
+			ck_assert_int_eq(fj_npy_write(ctx, path, &t), FJ_OK);
+			ck_assert_int_eq(fj_npy_read(ctx, path, &r), FJ_OK);
+			ck_assert_int_eq(r.dtype, dt);
+			ck_assert(fj_rt_tensor_same_type(&t, &r));
+			ck_assert_uint_eq(r.nbytes, t.nbytes);
+			ck_assert(t.nbytes == 0 || memcmp(t.data, r.data, t.nbytes) == 0);
+			/* the header is 64-byte aligned and ends with '\n' */
+			FILE *f = fopen(path, "rb");
+			unsigned char pre[10];
+			ck_assert_uint_eq(fread(pre, 1, 10, f), 10);
+			fclose(f);
+			size_t hlen = pre[8] | pre[9] << 8;
+			ck_assert_uint_eq((10 + hlen) % 64, 0);
+			unlink(path);
+			fj_rt_tensor_free(&t);
+			fj_rt_tensor_free(&r);
+		}
+	rmdir(dir);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_npy_bf16_descr)
+{
+	fj_dtype dt;
+	const char *why;
+	ck_assert(fj_npy_dtype_from_descr("<u2", &dt, &why) && dt == FJ_DT_BF16);
+	ck_assert_str_eq(fj_dtype_npy(FJ_DT_BF16), "<u2");
+	ck_assert(!fj_npy_dtype_from_descr("|O", &dt, &why));
+	ck_assert(strstr(why, "pickled"));
+	ck_assert(!fj_npy_dtype_from_descr(">f4", &dt, &why));
+	ck_assert(strstr(why, "big-endian"));
+}
+END_TEST
+
+/* A .npy in memory: v1 header around dict, then nbytes of data. */
+static size_t make_npy(unsigned char *buf, int major, const char *dict, size_t nbytes)
+{
+	size_t pre = major == 1 ? 10 : 12, len = strlen(dict);
+	memcpy(buf, "\x93NUMPY", 6);
+	buf[6] = (unsigned char)major;
+	buf[7] = 0;
+	buf[8] = (unsigned char)(len & 0xff);
+	buf[9] = (unsigned char)(len >> 8);
+	if (major != 1)
+		buf[10] = buf[11] = 0;
+	memcpy(buf + pre, dict, len);
+	memset(buf + pre + len, 0, nbytes);
+	return pre + len + nbytes;
+}
+
+static void expect_bad(const unsigned char *buf, size_t len, const char *what)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_rt_tensor t;
+	fj_status st = fj_npy_read_mem(ctx, "bad.npy", buf, len, &t);
+	ck_assert_msg(st != FJ_OK, "accepted a file that is %s", what);
+	ck_assert_ptr_null(t.data);
+	const char *e = fj_context_error(ctx);
+	ck_assert_msg(strstr(e, "bad.npy") != NULL, "error does not name the file: %s", e);
+	ck_assert_msg(strstr(e, what) != NULL, "expected '%s' in: %s", what, e);
+	fj_context_destroy(ctx);
+}
+
+START_TEST(test_npy_corrupt)
+{
+	unsigned char buf[1024];
+	size_t n;
+	const char *good = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n";
+	/* good, v1, v2 and v3 */
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	for (int major = 1; major <= 3; major++) {
+		fj_rt_tensor t;
+		n = make_npy(buf, major, good, 24);
+		ck_assert_int_eq(fj_npy_read_mem(ctx, "good.npy", buf, n, &t), FJ_OK);
+		ck_assert_int_eq(t.rank, 2);
+		ck_assert_int_eq(t.dims[1], 3);
+		fj_rt_tensor_free(&t);
+	}
+	fj_context_destroy(ctx);
+
+	n = make_npy(buf, 1, good, 24);
+	buf[1] = 'X';
+	expect_bad(buf, n, "bad magic");
+	n = make_npy(buf, 4, good, 24);
+	expect_bad(buf, n, "version");
+	n = make_npy(buf, 1, good, 24);
+	expect_bad(buf, 8, "too short");
+	expect_bad(buf, 30, "truncated .npy header");
+	expect_bad(buf, n - 1, "truncated data");
+	n = make_npy(buf, 1, good, 25);
+	expect_bad(buf, n, "unexpected data");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }\n", 24);
+	expect_bad(buf, n, "Fortran");
+	n = make_npy(buf, 1, "{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }\n", 48);
+	expect_bad(buf, n, "pickled");
+	n = make_npy(buf, 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }\n", 24);
+	expect_bad(buf, n, "big-endian");
+	n = make_npy(buf, 1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2, 3), }\n", 48);
+	expect_bad(buf, n, "unsupported dtype");
+	n = make_npy(buf, 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }\n", 8);
+	expect_bad(buf, n, "structured");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } junk\n", 24);
+	expect_bad(buf, n, "malformed header");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False}\n", 4);
+	expect_bad(buf, n, "missing");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (), }\n", 4);
+	expect_bad(buf, n, "repeated");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}\n", 24);
+	expect_bad(buf, n, "unknown");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2; 3), }\n", 24);
+	expect_bad(buf, n, "malformed header");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2, 3), }\n", 24);
+	expect_bad(buf, n, "malformed header");
+	n = make_npy(buf, 1, "garbage", 0);
+	expect_bad(buf, n, "malformed header");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }\n", 4);
+	expect_bad(buf, n, "overflows");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }\n", 4);
+	expect_bad(buf, n, "overflows");
+	n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }\n", 4);
+	expect_bad(buf, n, "rank 9");
+	/* a header length pointing past the end */
+	n = make_npy(buf, 1, good, 24);
+	buf[9] = 0x7f;
+	expect_bad(buf, n, "truncated .npy header");
+}
+END_TEST
+
+START_TEST(test_npy_missing_file)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_rt_tensor t;
+	ck_assert_int_eq(fj_npy_read(ctx, "/nonexistent/x.npy", &t), FJ_ERR_IO);
+	ck_assert(strstr(fj_context_error(ctx), "/nonexistent/x.npy"));
+	ck_assert_int_eq(fj_npy_read(ctx, "/tmp", &t), FJ_ERR_IO);
+	ck_assert(strstr(fj_context_error(ctx), "directory"));
+	/* writing into a missing directory fails and leaves nothing */
+	fj_rt_tensor w;
+	int64_t d = 3;
+	ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &w, FJ_DT_F32, 1, &d), FJ_OK);
+	ck_assert_int_eq(fj_npy_write(ctx, "/nonexistent/y.npy", &w), FJ_ERR_IO);
+	fj_rt_tensor_free(&w);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- conversions and comparison ---- */
+
+START_TEST(test_half_conversions)
+{
+	/* every f16 bit pattern survives f16 -> f32 -> f16 (NaNs stay NaN) */
+	/* (counted, not asserted one by one: check's fork mode sends every assertion) */
+	int bad = 0;
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		float f = fj_rt_f16_to_f32((uint16_t)h);
+		uint16_t back = fj_rt_f32_to_f16(f);
+		if (isnan(f) ? !isnan(fj_rt_f16_to_f32(back)) : back != h)
+			bad++;
+		float b = fj_rt_bf16_to_f32((uint16_t)h);
+		if (!isnan(b) && fj_rt_f32_to_bf16(b) != h)
+			bad++;
+	}
+	ck_assert_int_eq(bad, 0);
+	ck_assert_uint_eq(fj_rt_f32_to_f16(65520.0f), 0x7c00);   /* rounds to inf */
+	ck_assert_uint_eq(fj_rt_f32_to_f16(65504.0f), 0x7bff);
+	ck_assert_uint_eq(fj_rt_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+	ck_assert_uint_eq(fj_rt_f32_to_f16(0x1p-25f), 0);            /* tie to even: 0 */
+	ck_assert_uint_eq(fj_rt_f32_to_f16(0x1.8p-25f), 1);
+	ck_assert_uint_eq(fj_rt_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+	ck_assert_uint_eq(fj_rt_f32_to_bf16(1.0f + 0x1.8p-8f), 0x3f81);
+	ck_assert_uint_eq(fj_rt_f32_to_bf16(1.0f + 0x1.8p-7f), 0x3f82); /* tie to even */
+}
+END_TEST
+
+START_TEST(test_rel_l2)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	int64_t d = 4;
+	fj_rt_tensor a, r;
+	fj_rt_tensor_alloc(ctx, &a, FJ_DT_F32, 1, &d);
+	fj_rt_tensor_alloc(ctx, &r, FJ_DT_F32, 1, &d);
+	float *pa = a.data, *pr = r.data;
+	float ref[4] = {3, 4, NAN, INFINITY};
+	memcpy(pr, ref, sizeof ref);
+	memcpy(pa, ref, sizeof ref);
+	pa[0] = 3.5f;
+	bool placed;
+	double e = fj_rt_rel_l2(&a, &r, &placed);
+	ck_assert(placed);
+	ck_assert_double_eq_tol(e, 0.5 / 5.0, 1e-12);
+	pa[2] = 1; /* NaN missing */
+	fj_rt_rel_l2(&a, &r, &placed);
+	ck_assert(!placed);
+	pa[2] = NAN;
+	pa[3] = -INFINITY; /* inf of the other sign */
+	fj_rt_rel_l2(&a, &r, &placed);
+	ck_assert(!placed);
+	/* ||ref|| = 0: the absolute norm */
+	memset(pr, 0, 16);
+	memset(pa, 0, 16);
+	pa[1] = 0.25f;
+	ck_assert_double_eq_tol(fj_rt_rel_l2(&a, &r, &placed), 0.25, 1e-12);
+	ck_assert_double_eq(fj_rt_tolerance(FJ_DT_F32), 1e-5);
+	ck_assert_double_eq(fj_rt_tolerance(FJ_DT_BF16), 1e-2);
+	ck_assert_double_eq(fj_rt_tolerance(FJ_DT_I32), 0);
+	fj_rt_tensor_free(&a);
+	fj_rt_tensor_free(&r);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- thread pool ---- */
+
+typedef struct pool_arg {
+	atomic_int *hits;
+	atomic_int calls;
+	int64_t fail_from;
+} pool_arg;
+
+static int32_t pool_task(void *varg, int64_t lo, int64_t hi)
+{
+	pool_arg *a = varg;
+	atomic_fetch_add(&a->calls, 1);
+	for (int64_t i = lo; i < hi; i++)
+		atomic_fetch_add(&a->hits[i], 1);
+	return a->fail_from >= 0 && hi > a->fail_from ? (int32_t)(1 + lo / 1000) : 0;
+}
+
+START_TEST(test_pool)
+{
+	setenv("FUSEJIT_THREADS", "4", 1);
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_host_thread_count(ctx), 4);
+	enum { N = 100000 };
+	atomic_int *hits = calloc(N, sizeof *hits);
+	for (int round = 0; round < 50; round++) {
+		pool_arg a = {hits, 0, -1};
+		memset(hits, 0, N * sizeof *hits);
+		ck_assert_int_eq(fj_host_parallel_for(ctx, 4, N, 1000, pool_task, &a), 0);
+		int bad = 0;
+		for (int i = 0; i < N; i++)
+			bad += atomic_load(&hits[i]) != 1;
+		ck_assert_int_eq(bad, 0);
+		ck_assert_int_ge(atomic_load(&a.calls), 2);
+	}
+	/* small extents run on the caller in one call */
+	pool_arg s = {hits, 0, -1};
+	memset(hits, 0, N * sizeof *hits);
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 500, 1000, pool_task, &s), 0);
+	ck_assert_int_eq(atomic_load(&s.calls), 1);
+	/* threads = 1: the caller only */
+	pool_arg one = {hits, 0, -1};
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 1, N, 1000, pool_task, &one), 0);
+	ck_assert_int_eq(atomic_load(&one.calls), 1);
+	/* the error of the lowest failing chunk */
+	pool_arg f = {hits, 0, 50000};
+	int32_t rc = fj_host_parallel_for(ctx, 4, N, 1000, pool_task, &f);
+	ck_assert_int_gt(rc, 0);
+	ck_assert_int_le(rc, 1 + 50000 / 1000);
+	int32_t rc2 = fj_host_parallel_for(ctx, 4, N, 1000, pool_task, &f);
+	ck_assert_int_eq(rc, rc2);
+	/* empty */
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 0, 1, pool_task, &f), 0);
+	free(hits);
+	fj_context_destroy(ctx);
+	setenv("FUSEJIT_THREADS", "1", 1);
+	ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_host_thread_count(ctx), 1);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- programs ---- */
+
+static fj_module *parse(fj_context *ctx, const char *text)
+{
+	fj_module *m = NULL;
+	fj_status st = fj_parse_module(ctx, text, strlen(text), "t.fj", &m);
+	ck_assert_msg(st == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_verify_module(m), FJ_OK);
+	return m;
+}
+
+static void make_input(fj_context *ctx, fj_rt_tensor *t, fj_dtype dt, int rank, int64_t d0, int64_t d1)
+{
+	int64_t d[2] = {d0, d1};
+	ck_assert_int_eq(fj_rt_tensor_alloc(ctx, t, dt, rank, d), FJ_OK);
+	for (int64_t i = 0; i < fj_rt_tensor_numel(t); i++)
+		fj_rt_store_f64(t->data, dt, i, 0.01 * (double)(i % 17));
+}
+
+START_TEST(test_bind)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: f32[N,4], %y: f32[N], %z: f32[M*4]) {\n"
+	                          "  %a = aten.exp(%x)\n"
+	                          "  %b = aten.exp(%z)\n"
+	                          "  return %a, %y, %b\n"
+	                          "}\n");
+	fj_graph *g = m->graphs[0];
+	fj_rt_program *p;
+	ck_assert_int_eq(fj_rt_program_create(ctx, g, FJ_RT_EXEC_ATEN, &p), FJ_OK);
+	fj_rt_tensor x, y, y2, z, z2, out[3] = {0};
+	make_input(ctx, &x, FJ_DT_F32, 2, 3, 4);
+	make_input(ctx, &y, FJ_DT_F32, 1, 3, 0);
+	make_input(ctx, &y2, FJ_DT_F32, 1, 5, 0);
+	make_input(ctx, &z, FJ_DT_F32, 1, 8, 0);
+	make_input(ctx, &z2, FJ_DT_F32, 1, 6, 0);
+	const char *origin[3] = {"x.npy", "y.npy", NULL};
+
+	/* all given: N from x and y, M from the product M*4 */
+	const fj_rt_tensor *in[3] = {&x, &y, &z};
+	ck_assert_msg(fj_rt_program_bind(p, in, origin, NULL, 0) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_rt_program_symbol(p, 0), 3);
+	ck_assert_int_eq(fj_rt_program_symbol(p, 1), 2);
+	ck_assert_int_eq(fj_rt_program_run(p, in, out), FJ_OK);
+	ck_assert_int_eq(out[0].dims[0], 3);
+	ck_assert_double_eq_tol(((float *)out[0].data)[5], exp(0.05), 1e-6);
+	ck_assert_int_eq(out[2].dims[0], 8);
+	ck_assert_int_eq(memcmp(out[1].data, y.data, y.nbytes), 0);
+
+	/* N bound to two sizes: the message names the symbol, the sizes and the inputs */
+	const fj_rt_tensor *bad[3] = {&x, &y2, &z};
+	ck_assert_int_eq(fj_rt_program_bind(p, bad, origin, NULL, 0), FJ_ERR_RUNTIME);
+	const char *e = fj_context_error(ctx);
+	ck_assert_msg(strstr(e, "symbol N") && strstr(e, "3") && strstr(e, "5") && strstr(e, "%x") && strstr(e, "%y") &&
+	                  strstr(e, "y.npy"),
+	              "%s", e);
+	/* --dim against an input */
+	fj_rt_dimarg dn = {"N", 7};
+	ck_assert_int_eq(fj_rt_program_bind(p, in, origin, &dn, 1), FJ_ERR_RUNTIME);
+	ck_assert(strstr(fj_context_error(ctx), "--dim"));
+	/* a product that does not divide */
+	const fj_rt_tensor *odd[3] = {&x, &y, &z2};
+	fj_rt_dimarg dm = {"M", 2};
+	ck_assert_int_eq(fj_rt_program_bind(p, odd, NULL, &dm, 1), FJ_ERR_RUNTIME);
+	/* unbound: names the symbol and --dim */
+	const fj_rt_tensor *part[3] = {&x, &y, NULL};
+	ck_assert_int_eq(fj_rt_program_bind(p, part, NULL, NULL, 0), FJ_ERR_RUNTIME);
+	e = fj_context_error(ctx);
+	ck_assert_msg(strstr(e, "M") && strstr(e, "--dim M="), "%s", e);
+	ck_assert_int_eq(fj_rt_program_bind(p, part, NULL, &dm, 1), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_value_dims(p, g->params[2])[0], 8);
+	/* an unknown --dim */
+	fj_rt_dimarg dk = {"K", 2};
+	ck_assert_int_eq(fj_rt_program_bind(p, in, NULL, &dk, 1), FJ_ERR_RUNTIME);
+	/* wrong dtype, wrong static size */
+	fj_rt_tensor xi, xs;
+	make_input(ctx, &xi, FJ_DT_I32, 2, 3, 4);
+	make_input(ctx, &xs, FJ_DT_F32, 2, 3, 5);
+	const fj_rt_tensor *bi[3] = {&xi, &y, &z};
+	ck_assert_int_eq(fj_rt_program_bind(p, bi, origin, NULL, 0), FJ_ERR_RUNTIME);
+	ck_assert(strstr(fj_context_error(ctx), "dtype"));
+	const fj_rt_tensor *bs[3] = {&xs, &y, &z};
+	ck_assert_int_eq(fj_rt_program_bind(p, bs, origin, NULL, 0), FJ_ERR_RUNTIME);
+	ck_assert(strstr(fj_context_error(ctx), "dim 1"));
+
+	fj_rt_tensor *all[] = {&x, &y, &y2, &z, &z2, &xi, &xs, &out[0], &out[1], &out[2]};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(all); i++)
+		fj_rt_tensor_free(all[i]);
+	fj_rt_program_destroy(p);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_broadcast_symbols)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: f32[N], %y: f32[M]) {\n"
+	                          "  %a = aten.add(%x, %y)\n"
+	                          "  return %a\n"
+	                          "}\n");
+	fj_rt_program *p;
+	ck_assert_int_eq(fj_rt_program_create(ctx, m->graphs[0], FJ_RT_EXEC_HOST, &p), FJ_OK);
+	fj_rt_dimarg ok[2] = {{"N", 5}, {"M", 5}}, one[2] = {{"N", 5}, {"M", 1}}, bad[2] = {{"N", 5}, {"M", 4}};
+	const fj_rt_tensor *none[2] = {NULL, NULL};
+	ck_assert_int_eq(fj_rt_program_bind(p, none, NULL, ok, 2), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_bind(p, none, NULL, one, 2), FJ_OK);
+	ck_assert_int_ne(fj_rt_program_bind(p, none, NULL, bad, 2), FJ_OK);
+	ck_assert_msg(strstr(fj_context_error(ctx), "t.fj:2:"), "%s", fj_context_error(ctx));
+	fj_rt_program_destroy(p);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_buffer_reuse)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	/* a chain of 8 ops: two buffers alternate; the returned %e8 is the output's */
+	fj_module *m = parse(ctx, "graph @main(%x: f32[N]) {\n"
+	                          "  %e1 = aten.mul(%x, 0.5)\n"
+	                          "  %e2 = aten.add(%e1, 1.0)\n"
+	                          "  %e3 = aten.mul(%e2, 0.5)\n"
+	                          "  %e4 = aten.add(%e3, 1.0)\n"
+	                          "  %e5 = aten.mul(%e4, 0.5)\n"
+	                          "  %e6 = aten.add(%e5, %e1)\n"
+	                          "  %e7 = aten.mul(%e6, 0.5)\n"
+	                          "  %e8 = aten.add(%e7, 1.0)\n"
+	                          "  return %e8, %e8, %e3\n"
+	                          "}\n");
+	fj_rt_program *p;
+	ck_assert_int_eq(fj_rt_program_create(ctx, m->graphs[0], FJ_RT_EXEC_HOST, &p), FJ_OK);
+	fj_rt_tensor x, out[3] = {0};
+	make_input(ctx, &x, FJ_DT_F32, 1, 1000, 0);
+	const fj_rt_tensor *in[1] = {&x};
+	ck_assert_int_eq(fj_rt_program_bind(p, in, NULL, NULL, 0), FJ_OK);
+	uint32_t nbuf;
+	size_t bytes = fj_rt_program_plan_bytes(p, &nbuf);
+	/* e1 lives to e6, plus two alternating: 3 buffers (e3 and e8 are outputs) */
+	ck_assert_uint_le(nbuf, 3);
+	ck_assert_uint_le(bytes, 3 * 4000);
+	ck_assert_int_eq(fj_rt_program_run(p, in, out), FJ_OK);
+	void *keep = out[0].data;
+	ck_assert_int_eq(fj_rt_program_run(p, in, out), FJ_OK);
+	ck_assert_ptr_eq(out[0].data, keep); /* outputs are reused */
+	int bad = 0;
+	for (int i = 0; i < 1000; i++) {
+		float xv = ((float *)x.data)[i];
+		float e1 = xv * 0.5f, e3 = (e1 + 1.0f) * 0.5f, e5 = (e3 + 1.0f) * 0.5f;
+		float e8 = (e5 + e1) * 0.5f + 1.0f;
+		bad += fabsf(((float *)out[0].data)[i] - e8) > 1e-6f;
+		bad += fabsf(((float *)out[1].data)[i] - e8) > 1e-6f;
+		bad += fabsf(((float *)out[2].data)[i] - e3) > 1e-6f;
+	}
+	ck_assert_int_eq(bad, 0);
+	ck_assert_ptr_ne(out[0].data, out[1].data); /* returned twice: its own tensor */
+	/* a smaller rebind keeps working; an empty one too */
+	fj_rt_tensor x0;
+	make_input(ctx, &x0, FJ_DT_F32, 1, 0, 0);
+	const fj_rt_tensor *in0[1] = {&x0};
+	ck_assert_int_eq(fj_rt_program_bind(p, in0, NULL, NULL, 0), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_run(p, in0, out), FJ_OK);
+	ck_assert_int_eq(out[0].dims[0], 0);
+	fj_rt_tensor_free(&x);
+	fj_rt_tensor_free(&x0);
+	for (int i = 0; i < 3; i++)
+		fj_rt_tensor_free(&out[i]);
+	fj_rt_program_destroy(p);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_literal_and_param_outputs)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: i64[2]) {\n"
+	                          "  return 7, %x, 2.5, true\n"
+	                          "}\n");
+	fj_rt_program *p;
+	ck_assert_int_eq(fj_rt_program_create(ctx, m->graphs[0], FJ_RT_EXEC_ATEN, &p), FJ_OK);
+	fj_rt_tensor x, out[4] = {0};
+	make_input(ctx, &x, FJ_DT_I64, 1, 2, 0);
+	((int64_t *)x.data)[1] = 42;
+	const fj_rt_tensor *in[1] = {&x};
+	ck_assert_int_eq(fj_rt_program_bind(p, in, NULL, NULL, 0), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_run(p, in, out), FJ_OK);
+	ck_assert_int_eq(out[0].rank, 0);
+	ck_assert_int_eq(fj_rt_load_f64(out[0].data, out[0].dtype, 0), 7);
+	ck_assert_int_eq(((int64_t *)out[1].data)[1], 42);
+	ck_assert_ptr_ne(out[1].data, x.data);
+	ck_assert_double_eq(fj_rt_load_f64(out[2].data, out[2].dtype, 0), 2.5);
+	ck_assert_double_eq(fj_rt_load_f64(out[3].data, out[3].dtype, 0), 1);
+	fj_rt_tensor_free(&x);
+	for (int i = 0; i < 4; i++)
+		fj_rt_tensor_free(&out[i]);
+	fj_rt_program_destroy(p);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+Suite *suite_runtime(void)
+{
+	Suite *s = suite_create("runtime");
+	TCase *tc = tcase_create("npy");
+	tcase_add_test(tc, test_npy_roundtrip);
+	tcase_add_test(tc, test_npy_bf16_descr);
+	tcase_add_test(tc, test_npy_corrupt);
+	tcase_add_test(tc, test_npy_missing_file);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("values");
+	tcase_add_test(tc, test_half_conversions);
+	tcase_add_test(tc, test_rel_l2);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pool");
+	tcase_add_test(tc, test_pool);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("program");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_bind);
+	tcase_add_test(tc, test_broadcast_symbols);
+	tcase_add_test(tc, test_buffer_reuse);
+	tcase_add_test(tc, test_literal_and_param_outputs);
+	suite_add_tcase(s, tc);
+	return s;
+}
