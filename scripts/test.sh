@@ -13,6 +13,8 @@ if [ "${FJ_SANITIZE:-0}" = 1 ]; then
   # JIT code and LLVM's statics: leaks are checked by the leak tests themselves.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:detect_odr_violation=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  # Tests that repeat what the normal build checked in full run a subset here.
+  export FJ_TEST_QUICK=1
 else
   dir=${FJ_BUILD_DIR:-build}
   extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
