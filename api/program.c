@@ -639,6 +639,44 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 	return st;
 }
 
+/* The per-run scratch of a graph's run: its inputs as runtime tensors (rin),
+ * the pointers the program reads (pin), the converted copies to free (tmp)
+ * and one slot per result. */
+typedef struct run_scratch {
+	size_t np, nr;
+	fj_rt_tensor *rin;
+	const fj_rt_tensor **pin;
+	void **tmp;
+	out_slot *slots;
+} run_scratch;
+
+static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *r)
+{
+	r->np = g->nparams ? g->nparams : 1;
+	r->nr = g->nresults ? g->nresults : 1;
+	r->rin = fj_alloc(ctx, r->np * sizeof *r->rin);
+	r->pin = fj_alloc(ctx, r->np * sizeof *r->pin);
+	r->tmp = fj_alloc(ctx, r->np * sizeof *r->tmp);
+	r->slots = fj_alloc(ctx, r->nr * sizeof *r->slots);
+	fj_status st = r->rin && r->pin && r->tmp && r->slots ? FJ_OK : oom(ctx);
+	if (r->tmp)
+		memset(r->tmp, 0, r->np * sizeof *r->tmp);
+	if (r->slots)
+		memset(r->slots, 0, r->nr * sizeof *r->slots);
+	return st;
+}
+
+/* Frees the scratch and the input copies (the slots' tensors stay the caller's). */
+static void scratch_free(fj_context *ctx, run_scratch *r)
+{
+	for (size_t k = 0; r->tmp && k < r->np; k++)
+		fj_rt_aligned_free(r->tmp[k]);
+	fj_free(ctx, r->rin, r->np * sizeof *r->rin);
+	fj_free(ctx, r->pin, r->np * sizeof *r->pin);
+	fj_free(ctx, r->tmp, r->np * sizeof *r->tmp);
+	fj_free(ctx, r->slots, r->nr * sizeof *r->slots);
+}
+
 /* Converts inputs[0..n) into rin[off..off+n) (tmp: the copies to free). */
 static fj_status convert_inputs(fj_context *ctx, const fj_tensor *inputs, size_t n, const char *what,
                                 fj_rt_tensor *rin, void **tmp, size_t off)
@@ -667,24 +705,17 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 		if (st != FJ_OK)
 			return st;
 	}
-	size_t np = g->nparams ? g->nparams : 1, nr = g->nresults ? g->nresults : 1;
-	fj_rt_tensor *rin = fj_alloc(ctx, np * sizeof *rin);
-	const fj_rt_tensor **pin = fj_alloc(ctx, np * sizeof *pin);
-	void **tmp = fj_alloc(ctx, np * sizeof *tmp);
-	out_slot *slots = fj_alloc(ctx, nr * sizeof *slots);
-	fj_status st = rin && pin && tmp && slots ? FJ_OK : oom(ctx);
-	if (tmp)
-		memset(tmp, 0, np * sizeof *tmp);
-	if (slots)
-		memset(slots, 0, nr * sizeof *slots);
+	run_scratch r;
+	fj_status st = scratch_alloc(ctx, g, &r);
+	out_slot *slots = r.slots;
 	if (st == FJ_OK)
-		st = convert_inputs(ctx, inputs, ninputs, "input", rin, tmp, 0);
+		st = convert_inputs(ctx, inputs, ninputs, "input", r.rin, r.tmp, 0);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
-		pin[k] = &rin[k];
+		r.pin[k] = &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->main, pin, slots);
+		st = run_graph(p, &p->main, r.pin, slots);
 	fj_saved *s = NULL;
 	if (st == FJ_OK && saved) {
 		s = fj_alloc(ctx, sizeof *s);
@@ -710,12 +741,7 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 	}
 	for (uint32_t k = p->nout; slots && k < g->nresults; k++)
 		fj_rt_tensor_free(&slots[k].rt);
-	for (size_t k = 0; tmp && k < ninputs; k++)
-		fj_rt_aligned_free(tmp[k]);
-	fj_free(ctx, rin, np * sizeof *rin);
-	fj_free(ctx, pin, np * sizeof *pin);
-	fj_free(ctx, tmp, np * sizeof *tmp);
-	fj_free(ctx, slots, nr * sizeof *slots);
+	scratch_free(ctx, &r);
 	if (saved)
 		*saved = s;
 	return st;
@@ -768,30 +794,17 @@ fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_ten
 		if (st != FJ_OK)
 			return st;
 	}
-	size_t np = g->nparams ? g->nparams : 1, nr = g->nresults ? g->nresults : 1;
-	const fj_rt_tensor **pin = fj_alloc(ctx, np * sizeof *pin);
-	fj_rt_tensor *rin = fj_alloc(ctx, np * sizeof *rin);
-	void **tmp = fj_alloc(ctx, np * sizeof *tmp);
-	out_slot *slots = fj_alloc(ctx, nr * sizeof *slots);
-	fj_status st = pin && rin && tmp && slots ? FJ_OK : oom(ctx);
-	if (tmp)
-		memset(tmp, 0, np * sizeof *tmp);
-	if (slots)
-		memset(slots, 0, nr * sizeof *slots);
+	run_scratch r;
+	fj_status st = scratch_alloc(ctx, g, &r);
 	if (st == FJ_OK)
-		st = convert_inputs(ctx, tangents, nt, "tangent", rin, tmp, saved->n);
+		st = convert_inputs(ctx, tangents, nt, "tangent", r.rin, r.tmp, saved->n);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
-		pin[k] = k < saved->n ? &saved->t[k] : &rin[k];
+		r.pin[k] = k < saved->n ? &saved->t[k] : &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
-		slots[k].user = &grads[k];
+		r.slots[k].user = &grads[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->bw, pin, slots);
-	for (size_t k = 0; tmp && k < np; k++)
-		fj_rt_aligned_free(tmp[k]);
-	fj_free(ctx, pin, np * sizeof *pin);
-	fj_free(ctx, rin, np * sizeof *rin);
-	fj_free(ctx, tmp, np * sizeof *tmp);
-	fj_free(ctx, slots, nr * sizeof *slots);
+		st = run_graph(p, &p->bw, r.pin, r.slots);
+	scratch_free(ctx, &r);
 	return st;
 }
 

@@ -55,15 +55,6 @@ struct fj_host_jit {
 
 /* ---- process-global LLVM initialisation ---- */
 
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static int init_failed;
-
-static void llvm_init(void)
-{
-	if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
-		init_failed = 1;
-}
-
 static fj_status llvm_err(fj_context *ctx, LLVMErrorRef e, const char *what)
 {
 	char *m = LLVMGetErrorMessage(e); /* consumes e */
@@ -74,27 +65,13 @@ static fj_status llvm_err(fj_context *ctx, LLVMErrorRef e, const char *what)
 
 /* ---- the host math hook: libm ---- */
 
-static const char *const libm_names[FJ_MATH_COUNT][2] = {
-	[FJ_MATH_EXP] = {"expf", "exp"}, [FJ_MATH_EXP2] = {"exp2f", "exp2"},
-	[FJ_MATH_EXPM1] = {"expm1f", "expm1"}, [FJ_MATH_LOG] = {"logf", "log"},
-	[FJ_MATH_LOG2] = {"log2f", "log2"}, [FJ_MATH_LOG10] = {"log10f", "log10"},
-	[FJ_MATH_LOG1P] = {"log1pf", "log1p"}, [FJ_MATH_SIN] = {"sinf", "sin"},
-	[FJ_MATH_COS] = {"cosf", "cos"}, [FJ_MATH_TAN] = {"tanf", "tan"},
-	[FJ_MATH_TANH] = {"tanhf", "tanh"}, [FJ_MATH_SINH] = {"sinhf", "sinh"},
-	[FJ_MATH_COSH] = {"coshf", "cosh"}, [FJ_MATH_ASIN] = {"asinf", "asin"},
-	[FJ_MATH_ACOS] = {"acosf", "acos"}, [FJ_MATH_ATAN] = {"atanf", "atan"},
-	[FJ_MATH_ASINH] = {"asinhf", "asinh"}, [FJ_MATH_ACOSH] = {"acoshf", "acosh"},
-	[FJ_MATH_ATANH] = {"atanhf", "atanh"}, [FJ_MATH_ERF] = {"erff", "erf"},
-	[FJ_MATH_ERFC] = {"erfcf", "erfc"}, [FJ_MATH_POW] = {"powf", "pow"},
-	[FJ_MATH_ATAN2] = {"atan2f", "atan2"}, [FJ_MATH_FMOD] = {"fmodf", "fmod"},
-};
 
 static LLVMValueRef host_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
 {
 	LLVMTypeRef ty = LLVMTypeOf(args[0]);
 	bool dbl = ty == cg->t_f64;
 	unsigned nargs = (fn == FJ_MATH_POW || fn == FJ_MATH_ATAN2 || fn == FJ_MATH_FMOD) ? 2 : 1;
-	const char *name = libm_names[fn][dbl];
+	const char *name = fj_cg_libm_name(fn, dbl);
 	LLVMTypeRef ps[2] = {ty, ty};
 	LLVMTypeRef fty = LLVMFunctionType(ty, ps, nargs, 0);
 	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
@@ -166,8 +143,7 @@ static void jit_destroy(fj_context *ctx, void *p)
 
 static fj_status jit_create(fj_context *ctx, void **out)
 {
-	pthread_once(&init_once, llvm_init);
-	if (init_failed)
+	if (!fj_cg_native_init())
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "host JIT: LLVM has no native target");
 	fj_host_jit *j = fj_alloc(ctx, sizeof *j);
 	if (!j)

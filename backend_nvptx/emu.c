@@ -123,26 +123,12 @@ static LLVMValueRef h_shared(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char
 	return gv;
 }
 
-static const char *const libm_names[FJ_MATH_COUNT][2] = {
-	[FJ_MATH_EXP] = {"expf", "exp"}, [FJ_MATH_EXP2] = {"exp2f", "exp2"},
-	[FJ_MATH_EXPM1] = {"expm1f", "expm1"}, [FJ_MATH_LOG] = {"logf", "log"},
-	[FJ_MATH_LOG2] = {"log2f", "log2"}, [FJ_MATH_LOG10] = {"log10f", "log10"},
-	[FJ_MATH_LOG1P] = {"log1pf", "log1p"}, [FJ_MATH_SIN] = {"sinf", "sin"},
-	[FJ_MATH_COS] = {"cosf", "cos"}, [FJ_MATH_TAN] = {"tanf", "tan"},
-	[FJ_MATH_TANH] = {"tanhf", "tanh"}, [FJ_MATH_SINH] = {"sinhf", "sinh"},
-	[FJ_MATH_COSH] = {"coshf", "cosh"}, [FJ_MATH_ASIN] = {"asinf", "asin"},
-	[FJ_MATH_ACOS] = {"acosf", "acos"}, [FJ_MATH_ATAN] = {"atanf", "atan"},
-	[FJ_MATH_ASINH] = {"asinhf", "asinh"}, [FJ_MATH_ACOSH] = {"acoshf", "acosh"},
-	[FJ_MATH_ATANH] = {"atanhf", "atanh"}, [FJ_MATH_ERF] = {"erff", "erf"},
-	[FJ_MATH_ERFC] = {"erfcf", "erfc"}, [FJ_MATH_POW] = {"powf", "pow"},
-	[FJ_MATH_ATAN2] = {"atan2f", "atan2"}, [FJ_MATH_FMOD] = {"fmodf", "fmod"},
-};
 
 static LLVMValueRef h_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
 {
 	LLVMTypeRef ty = LLVMTypeOf(args[0]);
 	unsigned n = fn == FJ_MATH_POW || fn == FJ_MATH_ATAN2 || fn == FJ_MATH_FMOD ? 2 : 1;
-	const char *name = libm_names[fn][ty == cg->t_f64];
+	const char *name = fj_cg_libm_name(fn, ty == cg->t_f64);
 	LLVMTypeRef ps[2] = {ty, ty};
 	LLVMTypeRef fty = LLVMFunctionType(ty, ps, n, 0);
 	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
@@ -158,14 +144,6 @@ static const fj_cg_target emu_target = {
 };
 
 /* ---- the JIT ---- */
-
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static int init_failed;
-static void llvm_init(void)
-{
-	if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
-		init_failed = 1;
-}
 
 static fj_status llvm_err(fj_context *ctx, LLVMErrorRef e, const char *what)
 {
@@ -211,8 +189,7 @@ void fj_nvptx_emu_destroy(fj_nvptx_emu *e)
 fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out)
 {
 	*out = NULL;
-	pthread_once(&init_once, llvm_init);
-	if (init_failed)
+	if (!fj_cg_native_init())
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "nvptx emulator: no native target");
 	fj_nvptx_emu *e = calloc(1, sizeof *e);
 	if (!e)

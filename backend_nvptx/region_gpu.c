@@ -495,6 +495,19 @@ static void red_sizes(gk *k, redctx *rc)
 		rc->len = mul(k, rc->len, fj_rg_dim(&k->r, rc->dv, rc->kdims[i]));
 }
 
+/* The prologue of every reduction kernel: the row/position split, the
+ * entry point (name suffix, block bound), then the row count and length. */
+static fj_status red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid)
+{
+	fj_status st = red_setup(k, rc);
+	if (st == FJ_OK)
+		st = entry_begin(k, suffix, maxntid, 0);
+	if (st != FJ_OK)
+		return st;
+	red_sizes(k, rc);
+	return FJ_OK;
+}
+
 /* The D point of (row indices ridx, position j in the row). */
 static void d_point(gk *k, redctx *rc, const V *ridx, V j, V *didx)
 {
@@ -567,16 +580,29 @@ static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_
 	}
 }
 
+/* Stores every result at one element of the output space, linear offset lin:
+ * the results of that rank evaluated at index idx, the others at lin. */
+static void store_results(gk *k, int rank, const V *idx, V lin)
+{
+	const fj_graph *body = k->body;
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = body->results[j];
+		fj_rg_point op;
+		if (body->values[v].type.rank == rank)
+			fj_rg_point_idx(&op, rank, idx);
+		else
+			fj_rg_point_lin(&op, body->values[v].type.rank, lin);
+		fj_rg_store(&k->r, &k->out[j], lin, v, &op);
+	}
+}
+
 /* A thread per row. */
 static fj_status emit_tpr(gk *k)
 {
 	redctx rc;
-	fj_status st = red_setup(k, &rc);
-	if (st == FJ_OK)
-		st = entry_begin(k, "_tpr", 256, 0);
+	fj_status st = red_begin(k, &rc, "_tpr", 256);
 	if (st != FJ_OK)
 		return st;
-	red_sizes(k, &rc);
 	for (int i = 0; i < k->a->nreds; i++)
 		fj_rg_acc_init(&k->r, k->a->reds[i], &rc.acc[i]);
 	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
@@ -637,6 +663,15 @@ static void block_setup(gk *k, redctx *rc, blockctx *bc)
 	bc->tid0 = LLVMBuildICmp(B, LLVMIntEQ, k->tid, i64c(k, 0), "");
 }
 
+/* Opens a block-per-row kernel's body: the block state, the loop over rows
+ * (a block per row, strided by the grid) and the row's indices. */
+static void block_rows_begin(gk *k, redctx *rc, blockctx *bc, gloop *rl, V *ridx)
+{
+	block_setup(k, rc, bc);
+	gloop_begin(k, rl, k->ctaid, rc->rows, k->nctaid, "row");
+	unravel(k, rc->dv, rc->rdims, rc->nr, rl->iv, ridx);
+}
+
 /* Combines reduction i's per-thread states over the block (warp shuffles,
  * then shared memory across warps), gives every thread the result and
  * finishes it (binds the reduction's values). */
@@ -684,19 +719,14 @@ static void block_combine(gk *k, redctx *rc, blockctx *bc, int i)
 static fj_status emit_bpr(gk *k)
 {
 	redctx rc;
-	fj_status st = red_setup(k, &rc);
-	if (st == FJ_OK)
-		st = entry_begin(k, "", BLOCK_MAX, 0);
+	fj_status st = red_begin(k, &rc, "", BLOCK_MAX);
 	if (st != FJ_OK)
 		return st;
-	red_sizes(k, &rc);
 	const fj_rg_analysis *a = k->a;
 	blockctx bc;
-	block_setup(k, &rc, &bc);
 	gloop rl;
-	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
 	V ridx[FJ_MAX_RANK];
-	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	block_rows_begin(k, &rc, &bc, &rl, ridx);
 	/* positions of this thread: strided, or a contiguous chunk */
 	V j0 = k->tid, jend = rc.len, js = k->ntid;
 	if (rc.ordered) {
@@ -735,19 +765,14 @@ static fj_status emit_reg(gk *k)
 {
 	fj_cg *cg = k->cg;
 	redctx rc;
-	fj_status st = red_setup(k, &rc);
-	if (st == FJ_OK)
-		st = entry_begin(k, "_reg8", REG_BLOCK, 0);
+	fj_status st = red_begin(k, &rc, "_reg8", REG_BLOCK);
 	if (st != FJ_OK)
 		return st;
-	red_sizes(k, &rc);
 	const fj_rg_analysis *a = k->a;
 	blockctx bc;
-	block_setup(k, &rc, &bc);
 	gloop rl;
-	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
 	V ridx[FJ_MAX_RANK];
-	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	block_rows_begin(k, &rc, &bc, &rl, ridx);
 	V jpos[REG_E], valid[REG_E];
 	fj_rg_point pts[REG_E];
 	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
@@ -820,12 +845,9 @@ static fj_status emit_col(gk *k)
 {
 	fj_cg *cg = k->cg;
 	redctx rc;
-	fj_status st = red_setup(k, &rc);
-	if (st == FJ_OK)
-		st = entry_begin(k, "_col", COL_BLOCK, 0);
+	fj_status st = red_begin(k, &rc, "_col", COL_BLOCK);
 	if (st != FJ_OK)
 		return st;
-	red_sizes(k, &rc);
 	const fj_rg_analysis *a = k->a;
 	V sh[FJ_RG_MAX_REDS][3];
 	for (int i = 0; i < a->nreds; i++) {
@@ -995,15 +1017,7 @@ static fj_status emit_matmul(gk *k)
 	oidx[q++] = i;
 	oidx[q++] = jj;
 	V olin = lin_of(k, ov, oidx, ro);
-	for (uint32_t j = 0; j < k->nout; j++) {
-		fj_vid v = body->results[j];
-		fj_rg_point op;
-		if (body->values[v].type.rank == ro)
-			fj_rg_point_idx(&op, ro, oidx);
-		else
-			fj_rg_point_lin(&op, body->values[v].type.rank, olin);
-		fj_rg_store(&k->r, &k->out[j], olin, v, &op);
-	}
+	store_results(k, ro, oidx, olin);
 	fj_rg_bind(&k->r, ov, NULL);
 	if_end(k, &c);
 	gloop_end(k, &tl);
@@ -1062,15 +1076,7 @@ static fj_status emit_index(gk *k)
 	fj_rg_point dp;
 	fj_rg_point_idx(&dp, dr, didx);
 	fj_rg_bind(&k->r, ov, fj_rg_eval(&k->r, dv, &dp));
-	for (uint32_t j = 0; j < k->nout; j++) {
-		fj_vid v = body->results[j];
-		fj_rg_point op;
-		if (body->values[v].type.rank == orank)
-			fj_rg_point_idx(&op, orank, oidx);
-		else
-			fj_rg_point_lin(&op, body->values[v].type.rank, l.iv);
-		fj_rg_store(&k->r, &k->out[j], l.iv, v, &op);
-	}
+	store_results(k, orank, oidx, l.iv);
 	fj_rg_bind(&k->r, ov, NULL);
 	gloop_end(k, &l);
 	return entry_end(k);
@@ -1213,15 +1219,7 @@ static fj_status emit_scan(gk *k)
 	fj_cg_set(cg, accv, a);
 	fj_rg_bind(&k->r, ov, fj_cg_convert(cg, a, acc_dt, odt));
 	V olin = lin_of(k, ov, idx, rank);
-	for (uint32_t j = 0; j < k->nout; j++) {
-		fj_vid v = body->results[j];
-		fj_rg_point op;
-		if (body->values[v].type.rank == rank)
-			fj_rg_point_idx(&op, rank, idx);
-		else
-			fj_rg_point_lin(&op, body->values[v].type.rank, olin);
-		fj_rg_store(&k->r, &k->out[j], olin, v, &op);
-	}
+	store_results(k, rank, idx, olin);
 	fj_rg_bind(&k->r, ov, NULL);
 	gloop_end(k, &e);
 	gloop_end(k, &l);

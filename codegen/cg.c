@@ -16,8 +16,11 @@
  * Index arithmetic is i64 with nsw flags; sizes are run-time values.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <llvm-c/Target.h>
 
 #include "codegen/cg.h"
 
@@ -446,6 +449,42 @@ LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef 
 {
 	LLVMValueRef args[2] = {x, y};
 	return cg->target->math(cg, fn, args);
+}
+
+/* ---- host libm and LLVM's native target ---- */
+
+static const char *const libm_names[FJ_MATH_COUNT][2] = {
+	[FJ_MATH_EXP] = {"expf", "exp"}, [FJ_MATH_EXP2] = {"exp2f", "exp2"},
+	[FJ_MATH_EXPM1] = {"expm1f", "expm1"}, [FJ_MATH_LOG] = {"logf", "log"},
+	[FJ_MATH_LOG2] = {"log2f", "log2"}, [FJ_MATH_LOG10] = {"log10f", "log10"},
+	[FJ_MATH_LOG1P] = {"log1pf", "log1p"}, [FJ_MATH_SIN] = {"sinf", "sin"},
+	[FJ_MATH_COS] = {"cosf", "cos"}, [FJ_MATH_TAN] = {"tanf", "tan"},
+	[FJ_MATH_TANH] = {"tanhf", "tanh"}, [FJ_MATH_SINH] = {"sinhf", "sinh"},
+	[FJ_MATH_COSH] = {"coshf", "cosh"}, [FJ_MATH_ASIN] = {"asinf", "asin"},
+	[FJ_MATH_ACOS] = {"acosf", "acos"}, [FJ_MATH_ATAN] = {"atanf", "atan"},
+	[FJ_MATH_ASINH] = {"asinhf", "asinh"}, [FJ_MATH_ACOSH] = {"acoshf", "acosh"},
+	[FJ_MATH_ATANH] = {"atanhf", "atanh"}, [FJ_MATH_ERF] = {"erff", "erf"},
+	[FJ_MATH_ERFC] = {"erfcf", "erfc"}, [FJ_MATH_POW] = {"powf", "pow"},
+	[FJ_MATH_ATAN2] = {"atan2f", "atan2"}, [FJ_MATH_FMOD] = {"fmodf", "fmod"},
+};
+
+const char *fj_cg_libm_name(fj_cg_math fn, bool dbl)
+{
+	return libm_names[fn][dbl];
+}
+
+static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+static bool native_ok;
+
+static void native_init(void)
+{
+	native_ok = !LLVMInitializeNativeTarget() && !LLVMInitializeNativeAsmPrinter();
+}
+
+bool fj_cg_native_init(void)
+{
+	pthread_once(&native_once, native_init);
+	return native_ok;
 }
 
 /* ---- element loops ---- */

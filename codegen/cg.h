@@ -185,6 +185,12 @@ fj_dtype fj_cg_pointwise_dtype(const fj_graph *g, const fj_node *n);
 /* Math through the target hook, for float/double values. */
 LLVMValueRef fj_cg_math1(fj_cg *cg, fj_cg_math fn, LLVMValueRef x);
 LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef y);
+/* The libm name of math function fn ("expf" or "exp" when dbl), for the
+ * targets that JIT for the host (the host backend and the NVPTX emulator). */
+const char *fj_cg_libm_name(fj_cg_math fn, bool dbl);
+/* LLVM's native target and asm printer, initialised once per process (under
+ * pthread_once, shared by every host-JIT user); false when LLVM lacks them. */
+bool fj_cg_native_init(void);
 /* Inline polynomial math (codegen/math_poly.c) for float (f32) arguments,
  * scalar or vector, a few ulp, no calls (so loops vectorize); NULL when no
  * polynomial exists for fn or the type (f64 is left to the target's libm). */

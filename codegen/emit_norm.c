@@ -257,6 +257,19 @@ static void chan_end(fj_cg *cg, chan_iter *it)
 	fj_cg_loop_end(cg, &it->ln);
 }
 
+/* Opens a batch-norm kernel's loop over its channels c (dim 1 of output 0,
+ * the parallel dim) of a [N, C, *] input x; *s: the elements per channel
+ * and sample, *cnt: per channel (N*S, as double). Close with fj_cg_loop_end. */
+static LLVMValueRef chan_loop_begin(fj_cg *cg, fj_cg_kernel *k, const fj_cg_tensor *x, fj_cg_loop *lo,
+                                    LLVMValueRef *s, LLVMValueRef *cnt)
+{
+	k->par_out = 0;
+	k->par_mask = 1u << 1;
+	*s = ec_span(cg, x, 2, x->rank);
+	*cnt = tofp(cg, ec_mul(cg, x->dim[0], *s));
+	return ec_for(cg, lo, k->lo, k->hi);
+}
+
 /* Batch mean and biased variance of channel c. */
 static void chan_stats(fj_cg *cg, const fj_cg_tensor *x, LLVMValueRef c, LLVMValueRef s, LLVMValueRef cnt,
                        LLVMValueRef *mean, LLVMValueRef *var)
@@ -288,12 +301,9 @@ static fj_status emit_batch_norm(fj_cg *cg, fj_cg_kernel *k)
 	double mom = ec_attr_float(cg, k, "momentum", 0.1), eps = ec_attr_float(cg, k, "eps", 1e-5);
 	bool running = has(k, 3) && has(k, 4);
 	bool batch = training || !running;
-	k->par_out = 0;
-	k->par_mask = 1u << 1;
-	LLVMValueRef s = ec_span(cg, x, 2, x->rank);
-	LLVMValueRef cnt = tofp(cg, ec_mul(cg, x->dim[0], s));
 	fj_cg_loop lo;
-	LLVMValueRef c = ec_for(cg, &lo, k->lo, k->hi);
+	LLVMValueRef s, cnt;
+	LLVMValueRef c = chan_loop_begin(cg, k, x, &lo, &s, &cnt);
 	LLVMValueRef mean, var = NULL, rstd;
 	if (batch) {
 		chan_stats(cg, x, c, s, cnt, &mean, &var);
@@ -343,12 +353,9 @@ static fj_status emit_batch_norm_backward(fj_cg *cg, fj_cg_kernel *k)
 	const fj_cg_tensor *dy = &k->in[0].t, *x = &k->in[1].t;
 	bool train = ec_attr_bool(cg, k, "train", true);
 	double eps = ec_attr_float(cg, k, "eps", 1e-5);
-	k->par_out = 0;
-	k->par_mask = 1u << 1;
-	LLVMValueRef s = ec_span(cg, x, 2, x->rank);
-	LLVMValueRef cnt = tofp(cg, ec_mul(cg, x->dim[0], s));
 	fj_cg_loop lo;
-	LLVMValueRef c = ec_for(cg, &lo, k->lo, k->hi);
+	LLVMValueRef s, cnt;
+	LLVMValueRef c = chan_loop_begin(cg, k, x, &lo, &s, &cnt);
 	LLVMValueRef mean, invstd;
 	if (train && has(k, 5) && has(k, 6)) {
 		mean = opt_load(cg, k, 5, c, 0);

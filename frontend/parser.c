@@ -193,19 +193,6 @@ static fj_status check_new_name(parser *p, fj_graph *g, const fj_token *t)
 	return FJ_OK;
 }
 
-static void format_type(const fj_module *m, const fj_type *t, char *buf, size_t size)
-{
-	size_t len = (size_t)snprintf(buf, size, "%s[", fj_dtype_name(t->dtype));
-	for (int i = 0; i < t->rank && len < size; i++) {
-		if (i)
-			len += (size_t)snprintf(buf + len, size - len, ",");
-		if (len < size)
-			len += (size_t)fj_dim_format(m, t->dims[i], buf + len, size - len);
-	}
-	if (len < size)
-		snprintf(buf + len, size - len, "]");
-}
-
 /* ---- numbers, sizes, types ---- */
 
 static fj_status float_value(parser *p, const fj_token *t, double *out)
@@ -758,8 +745,8 @@ static fj_status parse_node(parser *p, fj_graph *g)
 	for (uint32_t i = 0; i < ntypes; i++) {
 		if (!fj_type_equal(&types[i], &out[i])) {
 			char w[256], inf[256];
-			format_type(p->m, &types[i], w, sizeof w);
-			format_type(p->m, &out[i], inf, sizeof inf);
+			fj_type_format(p->m, &types[i], w, sizeof w);
+			fj_type_format(p->m, &out[i], inf, sizeof inf);
 			return error_at(p, FJ_ERR_INVALID, tlocs[i], "result type %s of %%%.*s does not match the inferred type %s",
 			                w, NAMEF(res[i].p, res[i].n), inf);
 		}

@@ -285,16 +285,7 @@ fj_status fj_infer_slice(fj_infer *ic)
 	} else {
 		int64_t start = fj_attr_is_none(sa) ? 0 : fj_attr_as_int(sa);
 		int64_t end = fj_attr_is_none(ea) ? INT64_MAX : fj_attr_as_int(ea);
-		if (start < 0)
-			start = start < -size ? 0 : start + size;
-		if (end < 0)
-			end = end < -size ? 0 : end + size;
-		if (start > size)
-			start = size;
-		if (end > size)
-			end = size;
-		if (end < start)
-			end = start;
+		fj_slice_clamp(size, &start, &end);
 		len = (end - start) / step + ((end - start) % step != 0);
 	}
 	st = out_like(ic, 0, x, x->dtype);
@@ -567,14 +558,22 @@ static fj_status need_rank(fj_infer *ic, const fj_type *t, int rank, const char 
 	return fj_infer_error(ic, "%s must be %d-d, got rank %d", what, rank, t->rank);
 }
 
+/* The checks every matrix product makes of its two factors: a (called what)
+ * and b ("mat2") of the given rank, of one dtype. */
+static fj_status need_factors(fj_infer *ic, const fj_type *a, const fj_type *b, int rank, const char *what)
+{
+	fj_status st = need_rank(ic, a, rank, what);
+	if (st == FJ_OK)
+		st = need_rank(ic, b, rank, "mat2");
+	if (st == FJ_OK)
+		st = same_dtype(ic, a, b);
+	return st;
+}
+
 fj_status fj_infer_mm(fj_infer *ic)
 {
 	const fj_type *a = ic->in[0], *b = ic->in[1];
-	fj_status st = need_rank(ic, a, 2, "self");
-	if (st == FJ_OK)
-		st = need_rank(ic, b, 2, "mat2");
-	if (st == FJ_OK)
-		st = same_dtype(ic, a, b);
+	fj_status st = need_factors(ic, a, b, 2, "self");
 	if (st == FJ_OK)
 		st = contract(ic, a->dims[1], b->dims[0], a, b);
 	if (st)
@@ -586,11 +585,7 @@ fj_status fj_infer_mm(fj_infer *ic)
 fj_status fj_infer_bmm(fj_infer *ic)
 {
 	const fj_type *a = ic->in[0], *b = ic->in[1];
-	fj_status st = need_rank(ic, a, 3, "self");
-	if (st == FJ_OK)
-		st = need_rank(ic, b, 3, "mat2");
-	if (st == FJ_OK)
-		st = same_dtype(ic, a, b);
+	fj_status st = need_factors(ic, a, b, 3, "self");
 	if (st == FJ_OK && a->dims[0] != b->dims[0]) {
 		char b1[160], b2[160];
 		st = fj_infer_error(ic, "batch sizes of %s and %s differ", fj_ic_type_str(ic, a, b1, sizeof b1),
@@ -615,11 +610,7 @@ fj_status fj_infer_prim_matmul(fj_infer *ic)
 fj_status fj_infer_addmm(fj_infer *ic)
 {
 	const fj_type *c = ic->in[0], *a = ic->in[1], *b = ic->in[2];
-	fj_status st = need_rank(ic, a, 2, "mat1");
-	if (st == FJ_OK)
-		st = need_rank(ic, b, 2, "mat2");
-	if (st == FJ_OK)
-		st = same_dtype(ic, a, b);
+	fj_status st = need_factors(ic, a, b, 2, "mat1");
 	if (st == FJ_OK)
 		st = same_dtype(ic, c, a);
 	if (st == FJ_OK)
@@ -711,14 +702,22 @@ fj_status fj_infer_embedding(fj_infer *ic)
 	return fj_ic_out_dims(ic, 0, w->dtype, dims, idx->rank + 1);
 }
 
+/* The checks of the indexing ops: idx is an index tensor ("index") and the
+ * "dim" attribute a dim of x, normalised into *d. */
+static fj_status index_dim(fj_infer *ic, const fj_type *x, const fj_type *idx, int *d)
+{
+	fj_status st = fj_ic_need_index(ic, idx, "index");
+	if (st == FJ_OK)
+		st = fj_ic_dim(ic, fj_attr_as_int(fj_ic_attr_named(ic, "dim")), x->rank, d);
+	return st;
+}
+
 /* torch.gather: index has self's rank; the result has index's shape. */
 fj_status fj_infer_gather(fj_infer *ic)
 {
 	const fj_type *x = ic->in[0], *idx = ic->in[1];
 	int d = 0;
-	fj_status st = fj_ic_need_index(ic, idx, "index");
-	if (st == FJ_OK)
-		st = fj_ic_dim(ic, fj_attr_as_int(fj_ic_attr_named(ic, "dim")), x->rank, &d);
+	fj_status st = index_dim(ic, x, idx, &d);
 	if (st)
 		return st;
 	if (idx->rank != x->rank)
@@ -736,9 +735,7 @@ fj_status fj_infer_take(fj_infer *ic)
 {
 	const fj_type *x = ic->in[0], *idx = ic->in[1];
 	int d = 0;
-	fj_status st = fj_ic_need_index(ic, idx, "index");
-	if (st == FJ_OK)
-		st = fj_ic_dim(ic, fj_attr_as_int(fj_ic_attr_named(ic, "dim")), x->rank, &d);
+	fj_status st = index_dim(ic, x, idx, &d);
 	if (st)
 		return st;
 	fj_dim dims[2 * FJ_MAX_RANK];
@@ -765,9 +762,7 @@ fj_status fj_infer_scatter_add(fj_infer *ic)
 {
 	const fj_type *x = ic->in[0], *idx = ic->in[1], *src = ic->in[2];
 	int d = 0;
-	fj_status st = fj_ic_need_index(ic, idx, "index");
-	if (st == FJ_OK)
-		st = fj_ic_dim(ic, fj_attr_as_int(fj_ic_attr_named(ic, "dim")), x->rank, &d);
+	fj_status st = index_dim(ic, x, idx, &d);
 	if (st == FJ_OK)
 		st = same_dtype(ic, x, src);
 	if (st)
@@ -790,9 +785,7 @@ fj_status fj_infer_index_add(fj_infer *ic)
 	const fj_type *x = ic->in[0], *idx = ic->in[1], *src = ic->in[2];
 	int d = 0;
 	char b1[160], b2[160];
-	fj_status st = fj_ic_need_index(ic, idx, "index");
-	if (st == FJ_OK)
-		st = fj_ic_dim(ic, fj_attr_as_int(fj_ic_attr_named(ic, "dim")), x->rank, &d);
+	fj_status st = index_dim(ic, x, idx, &d);
 	if (st == FJ_OK)
 		st = same_dtype(ic, x, src);
 	if (st)

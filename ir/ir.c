@@ -394,14 +394,19 @@ fj_status fj_graph_set_results(fj_graph *g, const fj_vid *res, uint32_t n)
 	return FJ_OK;
 }
 
-bool fj_type_equal(const fj_type *a, const fj_type *b)
+bool fj_type_same_dims(const fj_type *a, const fj_type *b)
 {
-	if (a->dtype != b->dtype || a->rank != b->rank)
+	if (a->rank != b->rank)
 		return false;
 	for (int i = 0; i < a->rank; i++)
 		if (a->dims[i] != b->dims[i])
 			return false;
 	return true;
+}
+
+bool fj_type_equal(const fj_type *a, const fj_type *b)
+{
+	return a->dtype == b->dtype && fj_type_same_dims(a, b);
 }
 
 /* ---- symbolic sizes ---- */
@@ -574,6 +579,33 @@ int fj_dim_format(const fj_module *m, fj_dim d, char *buf, size_t size)
 	return (int)len;
 }
 
+void fj_slice_clamp(int64_t size, int64_t *start, int64_t *end)
+{
+	if (*start < 0)
+		*start = *start < -size ? 0 : *start + size;
+	if (*end < 0)
+		*end = *end < -size ? 0 : *end + size;
+	if (*start > size)
+		*start = size;
+	if (*end > size)
+		*end = size;
+	if (*end < *start)
+		*end = *start;
+}
+
+void fj_type_format(const fj_module *m, const fj_type *t, char *buf, size_t size)
+{
+	size_t len = (size_t)snprintf(buf, size, "%s[", fj_dtype_name(t->dtype));
+	for (int i = 0; i < t->rank && len < size; i++) {
+		if (i)
+			len += (size_t)snprintf(buf + len, size - len, ",");
+		if (len < size)
+			len += (size_t)fj_dim_format(m, t->dims[i], buf + len, size - len);
+	}
+	if (len < size)
+		snprintf(buf + len, size - len, "]");
+}
+
 /* ---- attributes ---- */
 
 fj_attr fj_attr_int(int64_t i) { return (fj_attr){.kind = FJ_AK_INT, .u.i = i}; }
@@ -637,6 +669,29 @@ const fj_attr *fj_node_attr(const fj_context *ctx, const fj_node *n, const char 
 	int i = fj_op_attr_index(oi, name, strlen(name));
 	FJ_ASSERT(i >= 0);
 	return n->attrs[i].kind != FJ_AK_ABSENT ? &n->attrs[i] : &oi->attrs[i].dflt;
+}
+
+/* Reduced-dims mask of a reduction node over an operand of rank `rank`. */
+uint32_t fj_node_reduced_mask(const fj_context *ctx, const fj_node *n, int rank)
+{
+	uint32_t mask = 0;
+	if (n->op == FJ_OP_PRIMS_ARGMAX || n->op == FJ_OP_PRIMS_ARGMIN) {
+		int64_t d = fj_attr_as_int(fj_node_attr(ctx, n, "dim"));
+		if (d < 0)
+			d += rank ? rank : 1;
+		return rank && d >= 0 && d < rank ? 1u << d : 0;
+	}
+	const fj_attr *a = fj_node_attr(ctx, n, "dims");
+	if (!a || a->kind != FJ_AK_LIST)
+		return 0;
+	for (uint32_t i = 0; i < a->n; i++) {
+		int64_t d = fj_attr_as_int(&a->u.items[i]);
+		if (d < 0)
+			d += rank;
+		if (d >= 0 && d < rank)
+			mask |= 1u << d;
+	}
+	return mask;
 }
 
 int64_t fj_attr_as_int(const fj_attr *a)

@@ -140,6 +140,10 @@ const char *fj_symbol_name(const fj_module *m, uint32_t sym);
 uint32_t fj_symbol_count(const fj_module *m);
 /* Writes the dim as text: "4096", "N", "N*4096" (the coefficient last, as written). */
 int fj_dim_format(const fj_module *m, fj_dim d, char *buf, size_t size);
+/* Python's slice bounds on a dim of static size: a negative start or end
+ * counts from the end (clamped at 0), both are clamped to size, and end is
+ * raised to start. */
+void fj_slice_clamp(int64_t size, int64_t *start, int64_t *end);
 
 /* ---- types ---- */
 
@@ -150,7 +154,11 @@ typedef struct fj_type {
 	fj_dim *dims; /* rank entries, owned by the graph's arena (NULL if rank 0) */
 } fj_type;
 
+/* Same rank and dims (dtypes may differ). */
+bool fj_type_same_dims(const fj_type *a, const fj_type *b);
 bool fj_type_equal(const fj_type *a, const fj_type *b);
+/* Writes the type as text, "f32[N,4096]" (the type must be valid). */
+void fj_type_format(const fj_module *m, const fj_type *t, char *buf, size_t size);
 
 /* ---- attributes ---- */
 
@@ -384,6 +392,10 @@ fj_attr fj_attr_ints(fj_graph *g, const int64_t *v, uint32_t n);
 fj_status fj_node_set_attr(fj_graph *g, uint32_t node, const char *name, fj_attr a);
 /* The attribute value in effect: the written one, else the default. */
 const fj_attr *fj_node_attr(const fj_context *ctx, const fj_node *n, const char *name);
+/* The mask of dims a reduction node reduces over its operand of rank `rank`
+ * (its "dims" list, or the "dim" of argmax/argmin); out-of-range dims are
+ * left out. */
+uint32_t fj_node_reduced_mask(const fj_context *ctx, const fj_node *n, int rank);
 
 /* Reading attributes whose kind the verifier has checked. */
 int64_t fj_attr_as_int(const fj_attr *a);

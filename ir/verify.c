@@ -65,20 +65,6 @@ static const char *type_problem(const fj_module *m, const fj_type *t)
 	return NULL;
 }
 
-/* "f32[N,4096]" into buf (the type must be valid). */
-static void format_type(const fj_module *m, const fj_type *t, char *buf, size_t size)
-{
-	size_t len = (size_t)snprintf(buf, size, "%s[", fj_dtype_name(t->dtype));
-	for (int i = 0; i < t->rank && len < size; i++) {
-		if (i)
-			len += (size_t)snprintf(buf + len, size - len, ",");
-		if (len < size)
-			len += (size_t)fj_dim_format(m, t->dims[i], buf + len, size - len);
-	}
-	if (len < size)
-		snprintf(buf + len, size - len, "]");
-}
-
 static const char *vname(const fj_value *v) { return v->name ? v->name : "<unnamed>"; }
 
 static int cmp_names(const void *a, const void *b)
@@ -231,8 +217,8 @@ static void check_kernel_signature(verifier *vf, fj_graph *b, const fj_node *n, 
 				     i, pv->name, ov->name);
 			if (!fj_type_equal(&ov->type, &pv->type)) {
 				char ta[256], tb[256];
-				format_type(m, &ov->type, ta, sizeof ta);
-				format_type(m, &pv->type, tb, sizeof tb);
+				fj_type_format(m, &ov->type, ta, sizeof ta);
+				fj_type_format(m, &pv->type, tb, sizeof tb);
 				VERR(vf, pv->loc, "fusion.kernel body parameter %%%s has type %s but the operand has type %s",
 				     vname(pv), tb, ta);
 			}
@@ -370,8 +356,8 @@ static fj_status verify_graph(verifier *vf, fj_graph *g, const fj_node *kernel, 
 					if (type_problem(m, &types[i]) || fj_type_equal(&types[i], &rv->type))
 						continue;
 					char ta[256], tb[256];
-					format_type(m, &rv->type, ta, sizeof ta);
-					format_type(m, &types[i], tb, sizeof tb);
+					fj_type_format(m, &rv->type, ta, sizeof ta);
+					fj_type_format(m, &types[i], tb, sizeof tb);
 					VERR(vf, rv->loc, "%s: %%%s has type %s but its inferred type is %s", oi->name,
 					     vname(rv), ta, tb);
 				}

@@ -104,16 +104,7 @@ static fj_status rule_slice(fj_dec *d)
 		return ret(d, x);
 	int64_t start = fj_dec_is_none(d, "start") ? 0 : fj_dec_int(d, "start");
 	int64_t end = fj_dec_is_none(d, "end") ? INT64_MAX : fj_dec_int(d, "end");
-	if (start < 0)
-		start = start < -size ? 0 : start + size;
-	if (end < 0)
-		end = end < -size ? 0 : end + size;
-	if (start > size)
-		start = size;
-	if (end > size)
-		end = size;
-	if (end < start)
-		end = start;
+	fj_slice_clamp(size, &start, &end);
 	if (start == 0 && end == size && step == 1)
 		return ret(d, x);
 	fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK], st[FJ_MAX_RANK];

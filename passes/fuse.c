@@ -183,42 +183,9 @@ static uint32_t op_flags(const fuser *f, uint32_t n) { return fj_op_info(f->ctx,
 
 static const fj_type *vtype(const fuser *f, fj_vid v) { return &f->g->values[v].type; }
 
-static bool same_dims(const fj_type *a, const fj_type *b)
-{
-	if (a->rank != b->rank)
-		return false;
-	for (int i = 0; i < a->rank; i++)
-		if (a->dims[i] != b->dims[i])
-			return false;
-	return true;
-}
-
 static bool numel(fuser *f, const fj_dim *dims, int rank, fj_dim *out)
 {
 	return fj_dim_product(f->m, dims, rank, out);
-}
-
-/* Reduced-dims mask of a reduction node over an operand of rank `rank`. */
-static uint32_t red_mask(const fuser *f, const fj_node *n, int rank)
-{
-	uint32_t mask = 0;
-	if (n->op == FJ_OP_PRIMS_ARGMAX || n->op == FJ_OP_PRIMS_ARGMIN) {
-		int64_t d = fj_attr_as_int(fj_node_attr(f->ctx, n, "dim"));
-		if (d < 0)
-			d += rank ? rank : 1;
-		return rank && d >= 0 && d < rank ? 1u << d : 0;
-	}
-	const fj_attr *a = fj_node_attr(f->ctx, n, "dims");
-	if (!a || a->kind != FJ_AK_LIST)
-		return 0;
-	for (uint32_t i = 0; i < a->n; i++) {
-		int64_t d = fj_attr_as_int(&a->u.items[i]);
-		if (d < 0)
-			d += rank;
-		if (d >= 0 && d < rank)
-			mask |= 1u << d;
-	}
-	return mask;
 }
 
 static uint32_t find(fuser *f, uint32_t x)
@@ -408,7 +375,7 @@ static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 			f->flag[ni] = 1;
 			continue;
 		}
-		if (!mt || !(op_flags(f, ni) & FJ_OPF_POINTWISE) || n->nres != 1 || !same_dims(vtype(f, n->res[0]), mt))
+		if (!mt || !(op_flags(f, ni) & FJ_OPF_POINTWISE) || n->nres != 1 || !fj_type_same_dims(vtype(f, n->res[0]), mt))
 			return false;
 		bool dep = false;
 		for (uint32_t o = 0; o < n->nopnds; o++) {
@@ -456,7 +423,7 @@ static bool reduction_space(fuser *f, uint32_t k, space *sp)
 					rd[rr++] = t->dims[j];
 			if (!numel(f, t->dims, t->rank, &sp->nd) || !numel(f, rd, rr, &sp->nr))
 				return false;
-		} else if (!same_dims(t, sp->d) || mask != sp->kmask) {
+		} else if (!fj_type_same_dims(t, sp->d) || mask != sp->kmask) {
 			return false;
 		}
 	}
@@ -473,7 +440,7 @@ static bool rd_broadcast_ok(fuser *f, const fj_node *n, const space *sp)
 	if (no == sp->nr)
 		return true; /* size-1 dims inserted: the order of the row stays */
 	const fj_type *d = sp->d;
-	if (!same_dims(out, d) || sp->kmask == (d->rank ? (1u << d->rank) - 1 : 0u))
+	if (!fj_type_same_dims(out, d) || sp->kmask == (d->rank ? (1u << d->rank) - 1 : 0u))
 		return false;
 	const fj_attr *bd = fj_node_attr(f->ctx, n, "broadcast_dims");
 	if (!bd || bd->kind != FJ_AK_LIST || bd->n != in->rank)
@@ -941,7 +908,7 @@ static bool same_space(fuser *f)
 				continue;
 			const fj_node *b = &f->g->nodes[red[j]];
 			const fj_type *tb = vtype(f, b->opnds[0]);
-			if (!same_dims(ta, tb) || f->rmask[red[i]] != f->rmask[red[j]])
+			if (!fj_type_same_dims(ta, tb) || f->rmask[red[i]] != f->rmask[red[j]])
 				continue;
 			uint32_t ra = find(f, red[i]), rb = find(f, red[j]);
 			if (ra == rb)
@@ -1368,7 +1335,7 @@ static fj_status fuse_graph(fj_module *m, fj_graph *g, uint32_t *nkernels, bool 
 		goto out;
 	for (uint32_t i = 0; i < nn; i++) {
 		if (live[i] && (op_flags(&f, i) & FJ_OPF_REDUCTION) && g->nodes[i].nopnds)
-			f.rmask[i] = red_mask(&f, &g->nodes[i], vtype(&f, g->nodes[i].opnds[0])->rank);
+			f.rmask[i] = fj_node_reduced_mask(f.ctx, &g->nodes[i], vtype(&f, g->nodes[i].opnds[0])->rank);
 		f.parent[i] = i;
 		f.next[i] = FJ_NONODE;
 		f.head[i] = i;

@@ -23,38 +23,6 @@
 
 #include "passes/pass.h"
 
-static uint32_t red_mask(const fj_context *ctx, const fj_node *n, int rank)
-{
-	uint32_t mask = 0;
-	if (n->op == FJ_OP_PRIMS_ARGMAX || n->op == FJ_OP_PRIMS_ARGMIN) {
-		int64_t d = fj_attr_as_int(fj_node_attr(ctx, n, "dim"));
-		if (d < 0)
-			d += rank ? rank : 1;
-		return rank && d >= 0 && d < rank ? 1u << d : 0;
-	}
-	const fj_attr *a = fj_node_attr(ctx, n, "dims");
-	if (!a || a->kind != FJ_AK_LIST)
-		return 0;
-	for (uint32_t i = 0; i < a->n; i++) {
-		int64_t d = fj_attr_as_int(&a->u.items[i]);
-		if (d < 0)
-			d += rank;
-		if (d >= 0 && d < rank)
-			mask |= 1u << d;
-	}
-	return mask;
-}
-
-static bool same_dims(const fj_type *a, const fj_type *b)
-{
-	if (a->rank != b->rank)
-		return false;
-	for (int i = 0; i < a->rank; i++)
-		if (a->dims[i] != b->dims[i])
-			return false;
-	return true;
-}
-
 /* The schedule of body b; rd is scratch, one byte per value of b. */
 static const char *pick(const fj_graph *b, uint8_t *rd)
 {
@@ -81,7 +49,7 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 		if (fl & FJ_OPF_REDUCTION) {
 			if (!d && n->nopnds && n->opnds[0] != FJ_NOVAL) {
 				d = &b->values[n->opnds[0]].type;
-				kmask = red_mask(ctx, n, d->rank);
+				kmask = fj_node_reduced_mask(ctx, n, d->rank);
 			}
 			for (uint32_t r = 0; r < n->nres; r++)
 				rd[n->res[r]] = 1;
@@ -100,7 +68,7 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 			continue;
 		for (uint32_t r = 0; r < n->nres; r++) {
 			rd[n->res[r]] = 1;
-			if (d && same_dims(&b->values[n->res[r]].type, d))
+			if (d && fj_type_same_dims(&b->values[n->res[r]].type, d))
 				persistent = true;
 		}
 	}

@@ -258,6 +258,21 @@ static bool dim_bound(fj_rt_nvprog *p, fj_dim d)
 	return true;
 }
 
+/* FJ_OK when dim d is bound; else the error naming its first unbound symbol. */
+static fj_status need_bound(fj_context *ctx, fj_rt_nvprog *p, fj_dim d)
+{
+	if (dim_bound(p, d))
+		return FJ_OK;
+	const fj_symexpr *e = fj_dim_expr(p->m, d);
+	for (uint32_t k = 0; k < e->nsyms; k++)
+		if (p->symval[e->syms[k]] < 0) {
+			const char *nm = fj_symbol_name(p->m, e->syms[k]);
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+			                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE", nm, nm);
+		}
+	return FJ_OK;
+}
+
 static fj_status bind_symbols(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
                               const fj_rt_dimarg *dims, size_t ndims)
 {
@@ -316,16 +331,9 @@ static fj_status bind_symbols(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs
 	for (uint32_t i = 0; i < p->g->nparams; i++) {
 		const fj_type *ty = &p->g->values[p->g->params[i]].type;
 		for (int d = 0; d < ty->rank; d++) {
-			if (!dim_bound(p, ty->dims[d])) {
-				const fj_symexpr *e = fj_dim_expr(p->m, ty->dims[d]);
-				for (uint32_t k = 0; k < e->nsyms; k++)
-					if (p->symval[e->syms[k]] < 0) {
-						const char *nm = fj_symbol_name(p->m, e->syms[k]);
-						return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-						                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE",
-						                       nm, nm);
-					}
-			}
+			fj_status st = need_bound(ctx, p, ty->dims[d]);
+			if (st != FJ_OK)
+				return st;
 			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
 			if (t && t->dims[d] != dimval(p, ty->dims[d])) {
 				char want[64];
@@ -341,17 +349,11 @@ static fj_status bind_symbols(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs
 	/* every symbol the module uses must be bound now */
 	for (uint32_t v = 0; v < p->g->nvalues; v++) {
 		const fj_type *ty = &p->g->values[v].type;
-		for (int d = 0; d < ty->rank; d++)
-			if (!dim_bound(p, ty->dims[d])) {
-				const fj_symexpr *e = fj_dim_expr(p->m, ty->dims[d]);
-				for (uint32_t k = 0; k < e->nsyms; k++)
-					if (p->symval[e->syms[k]] < 0) {
-						const char *nm = fj_symbol_name(p->m, e->syms[k]);
-						return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-						                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE",
-						                       nm, nm);
-					}
-			}
+		for (int d = 0; d < ty->rank; d++) {
+			fj_status st = need_bound(ctx, p, ty->dims[d]);
+			if (st != FJ_OK)
+				return st;
+		}
 	}
 	return FJ_OK;
 }
@@ -539,6 +541,19 @@ static double median(double *t, int n)
 	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
+/* One run of all kernels between events e0 and e1; *ms: its time. */
+static fj_status timed_launch(fj_rt_nvprog *p, void *e0, void *e1, float *ms)
+{
+	fj_status st = fj_cu_event_record(p->cu, e0);
+	if (st == FJ_OK)
+		st = launch_all(p);
+	if (st == FJ_OK)
+		st = fj_cu_event_record(p->cu, e1);
+	if (st == FJ_OK)
+		st = fj_cu_event_elapsed(p->cu, e0, e1, ms);
+	return st;
+}
+
 fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_nvptx_bench_result *br)
 {
 	memset(br, 0, sizeof *br);
@@ -559,15 +574,8 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 		st = fj_cu_event_create(p->cu, &e1);
 	/* warm-up, and an estimate of one run */
 	float ms = 0;
-	for (int w = 0; w < 3 && st == FJ_OK; w++) {
-		st = fj_cu_event_record(p->cu, e0);
-		if (st == FJ_OK)
-			st = launch_all(p);
-		if (st == FJ_OK)
-			st = fj_cu_event_record(p->cu, e1);
-		if (st == FJ_OK)
-			st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
-	}
+	for (int w = 0; w < 3 && st == FJ_OK; w++)
+		st = timed_launch(p, e0, e1, &ms);
 	if (st == FJ_OK)
 		st = check_status(p);
 	int reps = ms > 0 ? (int)(300.0 / ms) : 200;
@@ -576,13 +584,7 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 	if (st == FJ_OK && !times)
 		st = oom(p->ctx);
 	for (int r = 0; r < reps && st == FJ_OK; r++) {
-		st = fj_cu_event_record(p->cu, e0);
-		if (st == FJ_OK)
-			st = launch_all(p);
-		if (st == FJ_OK)
-			st = fj_cu_event_record(p->cu, e1);
-		if (st == FJ_OK)
-			st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
+		st = timed_launch(p, e0, e1, &ms);
 		if (times)
 			times[r] = ms;
 	}

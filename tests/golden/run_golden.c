@@ -166,6 +166,21 @@ static bool has_file_prefix(const char *dir, const char *name, const char *prefi
 
 /* --train: the training pipeline, @main.fw then @main.bw, checked against
  * out_<i>.npy and grad_<param>.npy (as fusejit-run --train drives them). */
+/* Creates graph g's program (adding its compiled kernels to *compiled), binds
+ * it to the inputs' shapes and runs it once. */
+static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_executor ex, const fj_rt_tensor *const *in,
+                             fj_rt_tensor *out, fj_rt_program **p, uint32_t *compiled)
+{
+	fj_status st = fj_rt_program_create(ctx, g, ex, p);
+	if (st == FJ_OK)
+		*compiled += fj_rt_program_compiled(*p);
+	if (st == FJ_OK)
+		st = fj_rt_program_bind(*p, in, NULL, NULL, 0);
+	if (st == FJ_OK)
+		st = fj_rt_program_run(*p, in, out);
+	return st;
+}
+
 static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj_rt_executor ex, char *msg,
                           size_t msize, uint32_t *compiled)
 {
@@ -229,13 +244,7 @@ static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj
 		}
 		finp[i] = &fin[i];
 	}
-	st = fj_rt_program_create(ctx, gf, ex, &pf);
-	if (st == FJ_OK)
-		*compiled += fj_rt_program_compiled(pf);
-	if (st == FJ_OK)
-		st = fj_rt_program_bind(pf, finp, NULL, NULL, 0);
-	if (st == FJ_OK)
-		st = fj_rt_program_run(pf, finp, fout);
+	st = run_program(ctx, gf, ex, finp, fout, &pf, compiled);
 	if (st != FJ_OK) {
 		snprintf(msg, msize, "forward: %s", last_error(ctx));
 		goto done;
@@ -257,13 +266,7 @@ static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj
 		}
 		binp[i] = &bin[i];
 	}
-	st = fj_rt_program_create(ctx, gb, ex, &pb);
-	if (st == FJ_OK)
-		*compiled += fj_rt_program_compiled(pb);
-	if (st == FJ_OK)
-		st = fj_rt_program_bind(pb, binp, NULL, NULL, 0);
-	if (st == FJ_OK)
-		st = fj_rt_program_run(pb, binp, bout);
+	st = run_program(ctx, gb, ex, binp, bout, &pb, compiled);
 	if (st != FJ_OK) {
 		snprintf(msg, msize, "backward: %s", last_error(ctx));
 		goto done;
@@ -420,13 +423,8 @@ static int run_case(fj_context *ctx, const char *dir, const char *name, fj_rt_ex
 		}
 		inp[i] = &in[i];
 	}
-	st = fj_rt_program_create(ctx, g, ex, &p);
-	if (st == FJ_OK)
-		*compiled = fj_rt_program_compiled(p);
-	if (st == FJ_OK)
-		st = fj_rt_program_bind(p, inp, NULL, NULL, 0);
-	if (st == FJ_OK)
-		st = fj_rt_program_run(p, inp, out);
+	*compiled = 0;
+	st = run_program(ctx, g, ex, inp, out, &p, compiled);
 	if (st != FJ_OK) {
 		snprintf(msg, msize, "%s", last_error(ctx));
 		goto done;
