@@ -904,6 +904,7 @@ int fj_run_main(int argc, char **argv)
 	fj_context *ctx = NULL;
 	fj_module *m = NULL;
 	fj_rt_program *prog = NULL, *ref = NULL;
+	fj_rt_nvprog *nv = NULL; /* before any goto done */
 	fj_rt_tensor *in = NULL, *out = NULL, *refout = NULL;
 	const fj_rt_tensor **inp = NULL;
 	const char **origin = NULL;
@@ -927,10 +928,9 @@ int fj_run_main(int argc, char **argv)
 	fj_rt_executor ex;
 	const char *exname;
 	bool use_nv = false; /* the nvptx executor (program_nvptx.h) */
-	fj_rt_nvprog *nv = NULL;
 	if (strcmp(o.executor, "auto") == 0 || strcmp(o.executor, "host") == 0) {
-		/* auto: nvptx when a CUDA driver and a GPU are present; the NVPTX
-		 * backend is not in this build, so auto is host */
+		/* auto: host here; nvptx instead when a CUDA driver and a GPU
+		 * are usable (checked below, once the context exists) */
 		ex = FJ_RT_EXEC_HOST;
 		exname = "host";
 	} else if (strcmp(o.executor, "aten") == 0) {
