@@ -535,6 +535,25 @@ static void step_phase(gk *k, redctx *rc, int ph, const V *ridx, V j)
 	}
 }
 
+/* Stores the results that live in `space` ('D': the pre-reduction space,
+ * 'R': the reduced one) at one element, linear offset lin: those the analysis
+ * places in that space evaluated at index idx (rank `rank`), the others at lin. */
+static void store_space(gk *k, const redctx *rc, char space, int rank, const V *idx, V lin)
+{
+	for (uint32_t j = 0; j < k->nout; j++) {
+		if (rc->space[j] != space)
+			continue;
+		fj_vid v = k->body->results[j];
+		bool in = space == 'D' ? k->a->vals[v].in_d : k->a->vals[v].in_r;
+		fj_rg_point p;
+		if (in)
+			fj_rg_point_idx(&p, rank, idx);
+		else
+			fj_rg_point_lin(&p, k->body->values[v].type.rank, lin);
+		fj_rg_store(&k->r, &k->out[j], lin, v, &p);
+	}
+}
+
 /* Writes the row's outputs: D-space ones at positions [j0, len) step js. */
 static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_first)
 {
@@ -549,33 +568,13 @@ static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_
 		V didx[FJ_MAX_RANK];
 		d_point(k, rc, ridx, l.iv, didx);
 		V dlin = lin_of(k, rc->dv, didx, rc->drank);
-		for (uint32_t j = 0; j < k->nout; j++) {
-			if (rc->space[j] != 'D')
-				continue;
-			fj_vid v = k->body->results[j];
-			fj_rg_point p;
-			if (k->a->vals[v].in_d)
-				fj_rg_point_idx(&p, rc->drank, didx);
-			else
-				fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin);
-			fj_rg_store(&k->r, &k->out[j], dlin, v, &p);
-		}
+		store_space(k, rc, 'D', rc->drank, didx, dlin);
 		gloop_end(k, &l);
 	}
 	if (anyr) {
 		fj_cg_if c;
 		if_begin(k, &c, is_first);
-		for (uint32_t j = 0; j < k->nout; j++) {
-			if (rc->space[j] != 'R')
-				continue;
-			fj_vid v = k->body->results[j];
-			fj_rg_point p;
-			if (k->a->vals[v].in_r)
-				fj_rg_point_idx(&p, rc->nr, ridx);
-			else
-				fj_rg_point_lin(&p, k->body->values[v].type.rank, row);
-			fj_rg_store(&k->r, &k->out[j], row, v, &p);
-		}
+		store_space(k, rc, 'R', rc->nr, ridx, row);
 		if_end(k, &c);
 	}
 }
