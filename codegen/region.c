@@ -7,7 +7,9 @@
  * ordered): class of every value, the reductions (same domain D and reduced
  * dims K for all, fuse's rule L2), their phases (a reduction whose operand
  * depends on another reduction comes a phase later: softmax's sum after its
- * max), the opaque node, and where each symbol is read at run time.
+ * max), the opaque node, and where each symbol is read at run time: from an
+ * operand's or result's dim, else from the dims array's extra entries (the
+ * VJP of var over N counts prims.full [N,16] in a kernel of 0-d values).
  *
  * Evaluator: a recursive descent over the defining nodes, memoised per
  * (value, point) in scopes. Recursion depth is the body's depth; bodies are
@@ -156,66 +158,110 @@ static bool resolves(const fj_module *m, fj_dim d, uint32_t s, const uint8_t *re
 	return count == 1 && e->coef != 0;
 }
 
-static fj_status analyze_syms(fj_rg_analysis *a)
+/* Marks in used[] every symbol kernel body b names: in its values' types
+ * and in its nodes' attributes (a prims.full's shape ...). */
+static void mark_body_syms(fj_context *ctx, const fj_module *m, const fj_graph *b, uint8_t *used)
 {
-	const fj_graph *b = a->body, *g = a->g;
-	const fj_module *m = g->module;
-	uint32_t ns = fj_symbol_count(m);
-	if (!ns)
-		return FJ_OK;
-	uint8_t *used = fj_alloc(a->ctx, ns * 2);
-	a->syms = fj_alloc(a->ctx, ns * sizeof *a->syms);
-	if (!used || !a->syms) {
-		if (used)
-			fj_free(a->ctx, used, ns * 2);
-		return FJ_ERR_NOMEM;
-	}
-	uint8_t *resolved = used + ns;
-	memset(used, 0, ns * 2);
 	for (uint32_t v = 0; v < b->nvalues; v++)
 		if (b->values[v].kind != FJ_VK_LITERAL)
 			for (int d = 0; d < b->values[v].type.rank; d++)
 				mark_dim_syms(m, b->values[v].type.dims[d], used);
 	for (uint32_t i = 0; i < b->nnodes; i++) {
-		const fj_opinfo *oi = fj_op_info(a->ctx, b->nodes[i].op);
+		const fj_opinfo *oi = fj_op_info(ctx, b->nodes[i].op);
 		for (int k = 0; k < oi->nattrs; k++)
 			mark_attr_syms(m, &b->nodes[i].attrs[k], used);
 	}
-	const fj_node *n = a->node;
+}
+
+/* Resolves the used symbols from the dims of n's operands and results, to a
+ * fixed point (N*4096 resolves N, N*M resolves M once N is known); appends
+ * one source per resolved symbol to src[*nsrc] (NULL: not wanted), in the
+ * order a kernel can bind them. */
+static void resolve_from_dims(const fj_graph *g, const fj_node *n, const uint8_t *used, uint8_t *resolved,
+                              fj_rg_symsrc *src, uint32_t *nsrc)
+{
+	const fj_module *m = g->module;
+	uint32_t ns = fj_symbol_count(m);
 	for (bool progress = true; progress;) {
 		progress = false;
 		for (uint32_t s = 0; s < ns; s++) {
 			if (!used[s] || resolved[s])
 				continue;
-			bool found = false;
-			for (uint32_t j = 0; j < n->nopnds + n->nres && !found; j++) {
+			for (uint32_t j = 0; j < n->nopnds + n->nres && !resolved[s]; j++) {
 				bool isres = j >= n->nopnds;
 				fj_vid v = isres ? n->res[j - n->nopnds] : n->opnds[j];
 				if (v == FJ_NOVAL || g->values[v].kind == FJ_VK_LITERAL)
 					continue;
 				const fj_type *t = &g->values[v].type;
-				for (int d = 0; d < t->rank && !found; d++)
-					if (resolves(m, t->dims[d], s, resolved)) {
-						a->syms[a->nsyms++] = (fj_rg_symsrc){s, isres, isres ? j - n->nopnds : j, d};
-						found = true;
-					}
-			}
-			if (found) {
-				resolved[s] = 1;
-				progress = true;
+				for (int d = 0; d < t->rank && !resolved[s]; d++) {
+					if (!resolves(m, t->dims[d], s, resolved))
+						continue;
+					if (src)
+						src[(*nsrc)++] = (fj_rg_symsrc){s, isres, isres ? j - n->nopnds : j, d};
+					resolved[s] = 1;
+					progress = true;
+				}
 			}
 		}
 	}
-	fj_status st = FJ_OK;
-	for (uint32_t s = 0; s < ns; s++)
-		if (used[s] && !resolved[s]) {
-			st = fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, n->loc,
-			                     "fusion.kernel: symbolic size %s is not a size of the kernel's operands or "
-			                     "results",
-			                     fj_symbol_name(m, s));
-			break;
-		}
-	fj_free(a->ctx, used, ns * 2);
+}
+
+/* The symbols of fusion.kernel `node` of g: the sources of those its
+ * operands' and results' dims give (src, may be NULL), and the others, the
+ * extra symbols, by name (xs, room for every symbol of the module). Names,
+ * not symbol ids, order the extras: ids depend on the order a module
+ * interned them, and one compiled kernel serves every module whose region
+ * prints the same (the kernel key). */
+static fj_status kernel_syms(fj_context *ctx, const fj_graph *g, const fj_node *n, fj_rg_symsrc *src,
+                             uint32_t *nsrc, uint32_t *xs, uint32_t *nxs)
+{
+	const fj_module *m = g->module;
+	uint32_t ns = fj_symbol_count(m);
+	*nxs = 0;
+	if (nsrc)
+		*nsrc = 0;
+	if (!ns)
+		return FJ_OK;
+	uint8_t *used = fj_alloc(ctx, ns * 2);
+	if (!used)
+		return FJ_ERR_NOMEM;
+	uint8_t *resolved = used + ns;
+	memset(used, 0, ns * 2);
+	mark_body_syms(ctx, m, n->body, used);
+	resolve_from_dims(g, n, used, resolved, src, nsrc);
+	for (uint32_t s = 0; s < ns; s++) {
+		if (!used[s] || resolved[s])
+			continue;
+		uint32_t k = (*nxs)++;
+		for (; k > 0 && strcmp(fj_symbol_name(m, xs[k - 1]), fj_symbol_name(m, s)) > 0; k--)
+			xs[k] = xs[k - 1];
+		xs[k] = s;
+	}
+	fj_free(ctx, used, ns * 2);
+	return FJ_OK;
+}
+
+static fj_status analyze_syms(fj_rg_analysis *a)
+{
+	uint32_t ns = fj_symbol_count(a->g->module);
+	if (!ns)
+		return FJ_OK;
+	a->syms = fj_alloc(a->ctx, ns * sizeof *a->syms);
+	a->xsyms = fj_alloc(a->ctx, ns * sizeof *a->xsyms);
+	if (!a->syms || !a->xsyms)
+		return FJ_ERR_NOMEM;
+	return kernel_syms(a->ctx, a->g, a->node, a->syms, &a->nsyms, a->xsyms, &a->nxsyms);
+}
+
+fj_status fj_rg_extra_syms(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *syms, uint32_t *n)
+{
+	*n = 0;
+	const fj_node *k = &g->nodes[node];
+	if (k->op != FJ_OP_FUSION_KERNEL || !k->body)
+		return FJ_OK;
+	fj_status st = kernel_syms(ctx, g, k, NULL, NULL, syms, n);
+	if (st == FJ_ERR_NOMEM)
+		fj_error_status(ctx, st, k->loc, "out of memory");
 	return st;
 }
 
@@ -225,8 +271,11 @@ void fj_rg_analysis_free(fj_rg_analysis *a)
 		fj_free(a->ctx, a->vals, (a->body->nvalues ? a->body->nvalues : 1) * sizeof *a->vals);
 	if (a->syms)
 		fj_free(a->ctx, a->syms, fj_symbol_count(a->g->module) * sizeof *a->syms);
+	if (a->xsyms)
+		fj_free(a->ctx, a->xsyms, fj_symbol_count(a->g->module) * sizeof *a->xsyms);
 	a->vals = NULL;
 	a->syms = NULL;
+	a->xsyms = NULL;
 }
 
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)
@@ -420,6 +469,33 @@ static LLVMValueRef attr_dim(fj_rg *r, const fj_attr *a)
 fj_status fj_rg_begin(fj_rg *r, fj_cg *cg, const fj_rg_analysis *a, const fj_cg_operand *in, uint32_t nin,
                       const fj_cg_tensor *out, uint32_t nout, LLVMValueRef status)
 {
+	return fj_rg_begin_dims(r, cg, a, in, nin, out, nout, status, NULL, 0);
+}
+
+/* Binds the extra symbols (fj_rg_analysis.xsyms) from dims[at ...]; a
+ * caller without a dims array (fj_rg_begin) cannot give them. */
+static void bind_extra_syms(fj_rg *r, LLVMValueRef dims, int64_t at)
+{
+	const fj_rg_analysis *a = r->a;
+	for (uint32_t i = 0; i < a->nxsyms; i++) {
+		if (!dims) {
+			r->st = fj_cg_error(r->cg, FJ_ERR_UNSUPPORTED, a->node,
+			                    "symbolic size %s is not a size of the kernel's operands or results",
+			                    fj_symbol_name(a->g->module, a->xsyms[i]));
+			return;
+		}
+		LLVMValueRef ix = c64(r, at + (int64_t)i);
+		LLVMValueRef p = LLVMBuildInBoundsGEP2(B, r->cg->t_i64, dims, &ix, 1, "");
+		LLVMValueRef v = LLVMBuildLoad2(B, r->cg->t_i64, p, "sym");
+		LLVMSetAlignment(v, 8);
+		r->symval[a->xsyms[i]] = v;
+	}
+}
+
+fj_status fj_rg_begin_dims(fj_rg *r, fj_cg *cg, const fj_rg_analysis *a, const fj_cg_operand *in, uint32_t nin,
+                           const fj_cg_tensor *out, uint32_t nout, LLVMValueRef status, LLVMValueRef dims,
+                           int64_t xat)
+{
 	memset(r, 0, sizeof *r);
 	r->cg = cg;
 	r->a = a;
@@ -445,7 +521,14 @@ fj_status fj_rg_begin(fj_rg *r, fj_cg *cg, const fj_rg_analysis *a, const fj_cg_
 	memset(r->symval, 0, (r->nsymval ? r->nsymval : 1) * sizeof *r->symval);
 	memset(r->bound, 0, nv * sizeof *r->bound);
 	memset(r->vdim, 0, nv * sizeof *r->vdim);
-	/* symbols, in the order the analysis resolved them */
+	/* symbols: the extra ones, then those of the operands' and results'
+	 * dims, in the order the analysis resolved them */
+	bind_extra_syms(r, dims, xat);
+	if (r->st != FJ_OK) {
+		fj_status st = r->st;
+		fj_rg_end(r);
+		return st;
+	}
 	const fj_module *m = a->g->module;
 	for (uint32_t i = 0; i < a->nsyms; i++) {
 		const fj_rg_symsrc *s = &a->syms[i];

@@ -19,7 +19,8 @@
  *      of R, e.g. rstd), REDUCTION (a result of a reduction node) or OPAQUE
  *      (the result of the region's matmul/take/gather/scatter/cumsum node).
  *      The analysis also finds, for every symbolic size used in the body,
- *      where it can be read at run time (an operand's or a result's dim).
+ *      where it can be read at run time (an operand's or a result's dim, or
+ *      else, an extra entry of the kernel's dims array).
  *
  *   2. EVALUATOR (fj_rg_eval; target-independent LLVM IR): the scalar value
  *      of any body value at a point (a multi-index over the value's shape, or
@@ -60,7 +61,9 @@
  * acc_dt; added in region-5.)
  *
  * Stability: this header is shared with the NVPTX backend. Additions only;
- * changes are noted here.
+ * changes are noted here. (Extra symbols, fj_rg_begin_dims: a region may
+ * use a size that none of its operands and results has; the kernel ABIs
+ * pass it at the end of the dims array.)
  */
 #ifndef FJ_REGION_H
 #define FJ_REGION_H
@@ -69,7 +72,7 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-5"
+#define FJ_RG_VERSION "region-6" /* region-6: the host's packed float matmul (region_matmul.c) */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
@@ -146,12 +149,25 @@ typedef struct fj_rg_analysis {
 	/* symbols read at run time */
 	fj_rg_symsrc *syms;
 	uint32_t nsyms;
+	/* the extra symbols: those the body uses that no operand's or result's
+	 * dim gives (e.g. N in the VJP of var over a dim of size N: a region of
+	 * 0-d values that counts prims.full [N,16]); the kernel reads them from
+	 * its dims array after the operands' and results' sizes, one i64 each,
+	 * in this order (by name; fj_rg_extra_syms) */
+	uint32_t *xsyms;
+	uint32_t nxsyms;
 } fj_rg_analysis;
 
 /* Analyses fusion.kernel `node` of g. Errors (FJ_ERR_UNSUPPORTED: a region
  * shape the generator does not handle, naming why) are recorded on ctx. */
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a);
 void fj_rg_analysis_free(fj_rg_analysis *a);
+
+/* The extra symbols of fusion.kernel `node` of g (fj_rg_analysis.xsyms),
+ * for the runtimes that fill the kernel's dims array: syms has room for
+ * fj_symbol_count(g->module) entries; *n gets their number (0 for any other
+ * node). Needs no schedule. */
+fj_status fj_rg_extra_syms(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *syms, uint32_t *n);
 
 /* ---- evaluator ---- */
 
@@ -202,6 +218,13 @@ typedef struct fj_rg {
  * block, which must dominate every later use (the kernel's entry). */
 fj_status fj_rg_begin(fj_rg *r, fj_cg *cg, const fj_rg_analysis *a, const fj_cg_operand *in, uint32_t nin,
                       const fj_cg_tensor *out, uint32_t nout, LLVMValueRef status);
+/* fj_rg_begin for a kernel whose dims array (i64 *, `dims`) holds the
+ * values of the extra symbols (a->xsyms) from entry `xat` on: the entries
+ * after its operands' and results' sizes. fj_rg_begin fails on a region
+ * with extra symbols. */
+fj_status fj_rg_begin_dims(fj_rg *r, fj_cg *cg, const fj_rg_analysis *a, const fj_cg_operand *in, uint32_t nin,
+                           const fj_cg_tensor *out, uint32_t nout, LLVMValueRef status, LLVMValueRef dims,
+                           int64_t xat);
 void fj_rg_end(fj_rg *r);
 
 /* Size d of body value v (i64), and the product of its sizes. */

@@ -83,7 +83,10 @@
  *      (`%y` -> `%y_0`) since the kernel's result carries its name outside.
  * Invariants: the result verifies; every returned value is preserved (same
  * name, type and position); every live prims node that is not free lands in
- * exactly one kernel.
+ * exactly one kernel. Sizes impose no rule: a region may use a symbol that
+ * none of its operands and results has (var's VJP counts prims.full [N,16]
+ * among 0-d values); the executors pass it to the kernel (codegen/region.h,
+ * extra symbols), so no operand is added to carry it.
  * Complexity: O(V + E) per legality check and cycle check, O(E) checks per
  * round: quadratic in the worst case, linear-ish on real graphs.
  * References: nvFuser's segmenter, TorchInductor's scheduler (fusion

@@ -23,6 +23,7 @@
 
 #include "backend_host/host.h"
 #include "codegen/cg.h"
+#include "codegen/region.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/program.h"
@@ -56,6 +57,12 @@ struct fj_rt_program {
 	size_t *bufcap;          /* allocated */
 	void **bufs;
 	bool *busy;
+	/* per node: the extra symbols of its fusion.kernel (codegen/region.h),
+	 * xsyms[xstart[i] .. xstart[i + 1]), whose values its kernel reads after
+	 * its operands' and results' sizes in dims */
+	uint32_t *xstart;
+	uint32_t *xsyms;
+	size_t cap_xsyms;
 	/* kernel arguments */
 	void **ptrs;
 	int64_t *argdims;
@@ -145,6 +152,36 @@ static bool fusable_sizes(const fj_graph *g)
 	return true;
 }
 
+/* Lists the extra symbols of every fusion.kernel of p's graph: sizes its
+ * body uses that none of its operands and results has (N in a var VJP whose
+ * region sees only 0-d values, a prims.full [N] bound by --dim ...). */
+static fj_status list_extra_syms(fj_rt_program *p)
+{
+	fj_context *ctx = p->ctx;
+	const fj_graph *g = p->g;
+	uint32_t nbody = 0;
+	for (uint32_t i = 0; i < g->nnodes; i++)
+		nbody += g->nodes[i].body != NULL;
+	p->cap_xsyms = (size_t)nbody * fj_symbol_count(p->m);
+	p->xstart = ARR_ALLOC(ctx, (size_t)g->nnodes + 1, uint32_t);
+	p->xsyms = ARR_ALLOC(ctx, p->cap_xsyms, uint32_t);
+	if (!p->xstart || !p->xsyms)
+		return oom(ctx);
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		p->xstart[i] = k;
+		uint32_t n = 0;
+		if (g->nodes[i].body) {
+			fj_status st = fj_rg_extra_syms(ctx, g, i, p->xsyms + k, &n);
+			if (st != FJ_OK)
+				return st;
+		}
+		k += n;
+	}
+	p->xstart[g->nnodes] = k;
+	return FJ_OK;
+}
+
 static bool has_regions(const fj_graph *g)
 {
 	for (uint32_t i = 0; i < g->nnodes; i++)
@@ -179,6 +216,11 @@ fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_executor ex, 
 	}
 	memset(p->kernels, 0, (g->nnodes ? g->nnodes : 1) * sizeof *p->kernels);
 	memset(p->vdims, 0, nz((size_t)g->nvalues * FJ_MAX_RANK) * sizeof *p->vdims);
+	fj_status xst = list_extra_syms(p);
+	if (xst != FJ_OK) {
+		fj_rt_program_destroy(p);
+		return xst;
+	}
 	size_t maxptrs = 1, maxdims = 1;
 	for (uint32_t v = 0; v < g->nvalues; v++) {
 		p->last_use[v] = -1;
@@ -186,7 +228,7 @@ fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_executor ex, 
 	}
 	for (uint32_t i = 0; i < g->nnodes; i++) {
 		const fj_node *n = &g->nodes[i];
-		size_t nd = 0;
+		size_t nd = p->xstart[i + 1] - p->xstart[i];
 		for (uint32_t j = 0; j < n->nopnds; j++) {
 			fj_vid v = n->opnds[j];
 			if (v != FJ_NOVAL) {
@@ -284,6 +326,8 @@ void fj_rt_program_destroy(fj_rt_program *p)
 	ARR_FREE(ctx, p->symval, p->nsyms);
 	ARR_FREE(ctx, p->ptrs, p->cap_ptrs);
 	ARR_FREE(ctx, p->argdims, p->cap_argdims);
+	ARR_FREE(ctx, p->xstart, (size_t)p->nnodes + 1);
+	ARR_FREE(ctx, p->xsyms, p->cap_xsyms);
 	fj_free(ctx, p, sizeof *p);
 }
 
@@ -971,6 +1015,8 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 			}
 			p->ptrs[np++] = ptr;
 		}
+		for (uint32_t x = p->xstart[i]; x < p->xstart[i + 1]; x++)
+			p->argdims[nd++] = p->symval[p->xsyms[x]];
 		/* the parallel extent, and whether there is anything to write */
 		int64_t extent = 1, outn = 0;
 		for (uint32_t r = 0; r < n->nres; r++) {
