@@ -49,6 +49,7 @@ typedef struct emu_block {
 	pthread_barrier_t bar;
 	pthread_barrier_t wbar[32];
 	int64_t slot[1024];
+	uint32_t mma_a[1024][4], mma_b[1024][2]; /* per thread: its mma fragments */
 	wrap_fn fn;
 	const uint64_t *args;
 } emu_block;
@@ -70,6 +71,66 @@ static int64_t emu_shfl(int64_t v, int32_t mask)
 	int64_t r = b->slot[tl_tid ^ (unsigned)mask];
 	pthread_barrier_wait(&b->wbar[w]);
 	return r;
+}
+
+static float bf16_float(uint32_t h)
+{
+	uint32_t u = (h & 0xffff) << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static float f16_float(uint32_t h)
+{
+	uint32_t sign = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+	float f;
+	if (e == 0)
+		f = (float)m * 0x1p-24f; /* subnormal */
+	else if (e == 31)
+		f = m ? __builtin_nanf("") : __builtin_inff();
+	else
+		f = (float)(m | 1024) * __builtin_ldexpf(1.0f, (int)e - 25);
+	return sign ? -f : f;
+}
+
+/* Element (r, k) of the warp's A (16x16) and (k, n) of its B (16x8), read
+ * from the lanes' deposited fragments (the PTX ISA layout of m16n8k16, cg.h). */
+static float mma_elem_a(const emu_block *b, unsigned base, bool bf16, unsigned r, unsigned k)
+{
+	unsigned lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
+	uint32_t bits = b->mma_a[base + lane][reg] >> (16 * (k & 1));
+	return bf16 ? bf16_float(bits) : f16_float(bits & 0xffff);
+}
+
+static float mma_elem_b(const emu_block *b, unsigned base, bool bf16, unsigned k, unsigned n)
+{
+	unsigned lane = n * 4 + (k % 8) / 2, reg = k >= 8;
+	uint32_t bits = b->mma_b[base + lane][reg] >> (16 * (k & 1));
+	return bf16 ? bf16_float(bits) : f16_float(bits & 0xffff);
+}
+
+/* mma.sync m16n8k16 in software: every lane deposits its fragments, a warp
+ * barrier, each lane computes its four outputs from the whole warp's A and B
+ * (products of f16/bf16 are exact in double; the sum is rounded to f32 once,
+ * where tensor cores round a little more), and a second barrier so that no
+ * lane overwrites its fragments before the others have read them. */
+static void emu_mma(int32_t bf16, const uint32_t *a, const uint32_t *bfrag, float *cd)
+{
+	emu_block *b = tl_blk;
+	unsigned w = tl_tid / 32, base = w * 32, lane = tl_tid % 32;
+	memcpy(b->mma_a[tl_tid], a, sizeof b->mma_a[0]);
+	memcpy(b->mma_b[tl_tid], bfrag, sizeof b->mma_b[0]);
+	pthread_barrier_wait(&b->wbar[w]);
+	unsigned g = lane / 4, t = lane % 4;
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+		double sum = cd[i];
+		for (unsigned k = 0; k < 16; k++)
+			sum += (double)mma_elem_a(b, base, bf16, row, k) * mma_elem_b(b, base, bf16, k, col);
+		cd[i] = (float)sum;
+	}
+	pthread_barrier_wait(&b->wbar[w]);
 }
 
 /* ---- hooks ---- */
@@ -113,6 +174,29 @@ static LLVMValueRef h_shfl(fj_cg *cg, LLVMValueRef v, int mask)
 	return LLVMBuildTrunc(cg->b, r, ty, "");
 }
 
+/* The fragments go through stack arrays to emu_mma (an i32 flag, A, B, C/D). */
+static void h_mma(fj_cg *cg, bool bf16, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef c[4], LLVMValueRef d[4])
+{
+	LLVMTypeRef a4 = LLVMArrayType2(cg->t_i32, 4), b2 = LLVMArrayType2(cg->t_i32, 2);
+	LLVMTypeRef c4 = LLVMArrayType2(cg->t_f32, 4);
+	LLVMValueRef pa = fj_cg_var(cg, a4, NULL, "mma_a"), pb = fj_cg_var(cg, b2, NULL, "mma_b");
+	LLVMValueRef pc = fj_cg_var(cg, c4, NULL, "mma_cd");
+	for (int i = 0; i < 4; i++) {
+		LLVMValueRef ix = fj_cg_i64(cg, i);
+		LLVMBuildStore(cg->b, a[i], LLVMBuildInBoundsGEP2(cg->b, cg->t_i32, pa, &ix, 1, ""));
+		LLVMBuildStore(cg->b, c[i], LLVMBuildInBoundsGEP2(cg->b, cg->t_f32, pc, &ix, 1, ""));
+		if (i < 2)
+			LLVMBuildStore(cg->b, b[i], LLVMBuildInBoundsGEP2(cg->b, cg->t_i32, pb, &ix, 1, ""));
+	}
+	LLVMTypeRef ps[4] = {cg->t_i32, cg->t_ptr, cg->t_ptr, cg->t_ptr};
+	LLVMValueRef args[4] = {fj_cg_i32(cg, bf16), pa, pb, pc};
+	call_addr(cg, (void *)emu_mma, cg->t_void, ps, args, 4);
+	for (int i = 0; i < 4; i++) {
+		LLVMValueRef ix = fj_cg_i64(cg, i);
+		d[i] = LLVMBuildLoad2(cg->b, cg->t_f32, LLVMBuildInBoundsGEP2(cg->b, cg->t_f32, pc, &ix, 1, ""), "");
+	}
+}
+
 static LLVMValueRef h_shared(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char *name)
 {
 	LLVMTypeRef aty = LLVMArrayType2(elem, n);
@@ -140,7 +224,7 @@ static LLVMValueRef h_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args)
 static const fj_cg_target emu_target = {
 	.name = "nvptx-emu", .math = h_math, .region_math = h_math, .thread_idx = h_tid, .block_idx = h_ctaid,
 	.block_dim = h_ntid, .grid_dim = h_nctaid, .barrier = h_bar, .shuffle_xor = h_shfl, .shared_array = h_shared,
-	.warp_size = 32, .vector_bits = 0,
+	.mma_m16n8k16 = h_mma, .warp_size = 32, .vector_bits = 0,
 };
 
 /* ---- the JIT ---- */
@@ -393,11 +477,14 @@ static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsi
 	emu_kernel *k = kern;
 	(void)shared;
 	(void)nargs;
+	/* a split reduction (variant 4 of a 5-variant reduction region) keeps
+	 * up to 5 blocks: several chunks per tile, and an uneven grid */
+	bool split = k->nvariants == 5 && variant == 4 && k->sched != FJ_RG_MATMUL;
 	if (k->sched != FJ_RG_MATMUL && !(k->sched == FJ_RG_TRANSPOSE && variant == 0 && block == 256)) {
 		if (block > 64)
 			block = 64;
-		if (grid > 2)
-			grid = 2;
+		if (grid > (split ? 5u : 2u))
+			grid = split ? 5 : 2;
 	} else if (grid > 4) {
 		grid = 4;
 	}

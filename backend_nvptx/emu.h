@@ -4,12 +4,15 @@
  *
  * Blocks run one after another; the threads of a block run at once
  * (pthreads), so barriers (pthread barriers), warp shuffles (an exchange
- * through a per-warp slot array between two warp barriers) and shared memory
- * (a module global, shared by the block's threads) behave as on a GPU. Grid
- * and block sizes are scaled down (grid <= 2, block <= 64; matmul and the
- * transpose tiles keep their 256-thread blocks): every template is a
- * grid-stride loop. Math calls the host's libm, not libdevice. Device memory
- * is host memory; device pointers are host addresses. */
+ * through a per-warp slot array between two warp barriers), tensor-core mma
+ * (the lanes' fragments exchanged the same way, the product computed in
+ * software per the PTX fragment layout) and shared memory (a module global,
+ * shared by the block's threads) behave as on a GPU. Grid and block sizes
+ * are scaled down (grid <= 2, block <= 64; split reductions keep up to 5
+ * blocks, so several chunks per tile; matmul and the transpose tiles keep
+ * their blocks, with grid <= 4): every template is a grid-stride loop. Math
+ * calls the host's libm, not libdevice. Device memory is host memory; device
+ * pointers are host addresses. */
 #ifndef FJ_NVPTX_EMU_H
 #define FJ_NVPTX_EMU_H
 

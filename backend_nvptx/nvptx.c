@@ -650,10 +650,40 @@ static LLVMValueRef hook_shared(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const c
 	return fj_nvptx_shared(cg, elem, (unsigned)n, name);
 }
 
+/* mma.sync m16n8k16 through the NVVM intrinsic (sm_80+): f16 operands are
+ * <2 x half> registers and the intrinsic is named by its accumulator types
+ * (.f32.f32); bf16 operands are i32 registers, named by the input type. */
+static void hook_mma(fj_cg *cg, bool bf16, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef c[4],
+                     LLVMValueRef d[4])
+{
+	LLVMTypeRef h2 = LLVMVectorType(LLVMHalfTypeInContext(cg->llctx), 2);
+	LLVMTypeRef opty = bf16 ? cg->t_i32 : h2;
+	LLVMTypeRef ps[10], f4[4] = {cg->t_f32, cg->t_f32, cg->t_f32, cg->t_f32};
+	LLVMValueRef args[10];
+	for (int i = 0; i < 6; i++) {
+		LLVMValueRef x = i < 4 ? a[i] : b[i - 4];
+		ps[i] = opty;
+		args[i] = bf16 ? x : LLVMBuildBitCast(cg->b, x, h2, "");
+	}
+	for (int i = 0; i < 4; i++) {
+		ps[6 + i] = cg->t_f32;
+		args[6 + i] = c[i];
+	}
+	const char *name = bf16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16" : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32";
+	LLVMTypeRef ret = LLVMStructTypeInContext(cg->llctx, f4, 4, 0);
+	LLVMTypeRef fty = LLVMFunctionType(ret, ps, 10, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+	if (!f)
+		f = LLVMAddFunction(cg->mod, name, fty);
+	LLVMValueRef r = LLVMBuildCall2(cg->b, fty, f, args, 10, "mma");
+	for (unsigned i = 0; i < 4; i++)
+		d[i] = LLVMBuildExtractValue(cg->b, r, i, "");
+}
+
 #define GPU_HOOKS                                                                                       \
 	.thread_idx = hook_tid, .block_idx = hook_ctaid, .block_dim = hook_ntid, .grid_dim = hook_nctaid, \
 	.barrier = fj_nvptx_barrier, .shuffle_xor = fj_nvptx_shfl_xor, .shared_array = hook_shared,       \
-	.warp_size = 32, .vector_bits = 128
+	.mma_m16n8k16 = hook_mma, .warp_size = 32, .vector_bits = 128
 
 static const fj_cg_target target_libdevice = {
 	.name = "nvptx", .math = libdevice_math, .region_math = libdevice_math, GPU_HOOKS};

@@ -11,17 +11,24 @@
  *
  * GPU kernel ABI (every kernel fusejit emits for NVPTX):
  *
- *   .entry fj_<graph>_k<i>[_<variant>](ptr p_0, ..., ptr p_{n-1}, ptr dims)
+ *   .entry fj_<graph>_k<i>[_<variant>](ptr p_0, ..., ptr p_{n-1}, ptr dims,
+ *                                      ptr status[, ptr workspace])
  *
  *   p_j   device pointers: the region's operands in order (NULL for `none`
- *         and literal operands), then its results, then scratch buffers the
- *         kernel's launch plan asks for (fj_nvptx_kernel.nscratch).
+ *         and literal operands), then its results.
  *   dims  a device pointer to the i64 sizes of every operand (rank entries
  *         each; literals and `none` have rank 0), then of every result,
- *         concatenated (the host ABI's dims array, cg.h); the runtime uploads
- *         it once per bind. Kernels read it through ld.global.nc.
- *   Launch: a 1-D grid of 1-D blocks; the grid and block sizes come from
- *   fj_nvptx_launch_dims() from the bound sizes.
+ *         concatenated, then the values of the region's extra symbols
+ *         (codegen/region.h: sizes its body uses that no operand or result
+ *         has), one each (the host ABI's dims array, cg.h); the runtime
+ *         uploads it once per bind. Kernels read it through ld.global.nc.
+ *   status  an i32 the kernel ORs its FJ_KERR_* errors into.
+ *   workspace  only the entries whose plan asks for one (split reductions,
+ *         fj_nvptx_plan.workspace): device memory zeroed before the first
+ *         launch, which the kernel leaves zeroed where it must start so. The
+ *         runtime passes it to every entry (those without it ignore it).
+ *   Launch: a 1-D grid of 1-D blocks; the variant, grid and block sizes
+ *   come from fj_nvptx_plan_region() (region_gpu.h) on the bound sizes.
  */
 #ifndef FJ_NVPTX_H
 #define FJ_NVPTX_H

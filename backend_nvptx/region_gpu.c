@@ -3,21 +3,26 @@
  * the per-context cache of compiled regions.
  *
  * Every region compiles to ONE PTX module holding its variants (entries);
- * the launch plan (fj_nvptx_plan_region) picks variants and grid/block sizes
- * from the bound sizes at run time. Entry names: the kernel attribute for
- * the main variant, plus a suffix for the others. The ABI is nvptx.h's.
+ * the launch plan (fj_nvptx_plan_region) picks a variant and the grid/block
+ * sizes from the bound sizes at run time (FUSEJIT_NVPTX_VARIANTS forces one,
+ * for tests). Entry names: the kernel attribute for the main variant, plus a
+ * suffix for the others. The ABI is nvptx.h's. The same templates run on the
+ * host emulator (emu.c) through the target hooks of fj_cg_target.
  *
  * Templates (schedule -> entries):
- *   pointwise, transpose  <name>     grid-stride over D in chunks of 4
- *                                    elements (16-byte vector loads/stores
- *                                    when the pointers are 16-byte aligned:
- *                                    param align 16 lets the load/store
- *                                    vectorizer form ld/st.global.v4), scalar tail;
+ *   pointwise             <name>     grid-stride over the result in chunks of
+ *                                    4 elements (param align 16 lets the
+ *                                    load/store vectorizer form 16-byte
+ *                                    ld/st.global.v4), scalar tail;
  *                         <name>_s1  grid-stride, one element per iteration
  *                                    (pointers not 16-byte aligned).
- *                         (transpose: the same code; reads through the
- *                         evaluator's index map, no shared-memory tile yet.)
- *   reduction_inner/outer, persistent_inner/outer
+ *   transpose             <name>     32x32 tiles through shared memory
+ *                                    (rows padded to 33: no bank conflicts):
+ *                                    read with adjacent threads on the input's
+ *                                    inner dim, written on the output's (1 to
+ *                                    4 results of rank >= 2; else as pointwise);
+ *                         <name>_s1  as pointwise (through the index map).
+ *   reduction_inner/outer, persistent_inner/outer (variant order):
  *                         <name>     a block per row (grid-stride over rows):
  *                                    threads stride over the row (contiguous
  *                                    chunks when an argmax/argmin needs the
@@ -26,17 +31,43 @@
  *                                    broadcast to the block; one pass per
  *                                    reduction phase (chained persistent
  *                                    reductions: max, then sum of exp ...),
- *                                    then the row's outputs. Persistent rows
- *                                    are re-read per phase (L2-resident), not
- *                                    kept in registers.
+ *                                    re-reading the row (L2-resident), then
+ *                                    the row's outputs.
  *                         <name>_tpr a thread per row, sequential over the
- *                                    row: outer reductions (adjacent threads
- *                                    read adjacent columns) and short rows.
- *   matmul                <name>     16x16 shared-memory tiles of A and B
- *                                    read through the evaluator, f64/i64
- *                                    accumulation as the reference, the
- *                                    epilogue evaluated per output (no tensor
- *                                    cores yet).
+ *                                    row: short rows, and outer reductions
+ *                                    with many rows (adjacent threads read
+ *                                    adjacent columns).
+ *                         <name>_reg8 a block per row with the row in
+ *                                    registers: 8 positions per thread
+ *                                    evaluated once and kept for every phase
+ *                                    and the outputs (rows up to 4096).
+ *                         <name>_col outer reductions: 32 rows (adjacent
+ *                                    columns in memory) per block, the
+ *                                    positions split among its warps, merged
+ *                                    through shared memory in order.
+ *                         <name>_split outer reductions with too few columns
+ *                                    to fill the GPU: the positions also split
+ *                                    into chunks across blocks; partial states
+ *                                    (f64/i64 as every reduction here) go to a
+ *                                    workspace, the last block of each column
+ *                                    tile (an atomic counter after a fence)
+ *                                    merges them in order and runs the
+ *                                    epilogue. One reduction phase, no
+ *                                    argmax/argmin (the variant is absent then).
+ *   matmul                <name>     f16/bf16 A and B: tensor cores. 64x64
+ *                                    output tiles per block of 4 warps, A and B
+ *                                    staged in shared memory through the
+ *                                    evaluator (prologue ops work; zero outside
+ *                                    M, N, K), mma.sync m16n8k16 with f32
+ *                                    accumulators in registers (the
+ *                                    mma_m16n8k16 hook), the accumulators
+ *                                    through shared memory so that the
+ *                                    epilogue runs per output element with
+ *                                    coalesced stores.
+ *                         <name>_simt (the only entry for other dtypes, named
+ *                                    <name> then) 16x16 shared-memory tiles,
+ *                                    f64/i64 accumulation as the reference,
+ *                                    the epilogue per output element.
  *   take, gather          <name>     a thread per element of the opaque
  *                                    result; indices checked (status).
  *   scatter               <name>     out = self (grid-stride copy);
@@ -75,6 +106,8 @@ typedef struct gk {
 	fj_cg_tensor out[MAXIO];
 	uint32_t nin, nout;
 	LLVMValueRef fn, statusp, status;
+	bool want_ws;               /* the next entry takes the workspace parameter */
+	LLVMValueRef wsp;           /* its workspace (split reductions), or NULL */
 	V tid, ntid, ctaid, nctaid; /* i64 */
 	fj_rg r;
 	char prefix[96];
@@ -124,12 +157,15 @@ static void make_view(gk *k, fj_cg_tensor *t, V ptr, fj_dtype dt, int rank, V di
 	t->numel = s;
 }
 
-/* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr status). */
+/* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr
+ * status[, ptr workspace]) -- the workspace when k->want_ws (read and
+ * written, atomics: no noalias/readonly). */
 static fj_status entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned align)
 {
 	fj_cg *cg = k->cg;
 	const fj_node *n = k->n;
-	uint32_t np = n->nopnds + n->nres + 2;
+	uint32_t ndims_i = n->nopnds + n->nres;
+	uint32_t np = ndims_i + 2 + (k->want_ws ? 1 : 0);
 	LLVMTypeRef ps[np];
 	for (uint32_t i = 0; i < np; i++)
 		ps[i] = cg->t_ptr;
@@ -141,10 +177,10 @@ static fj_status entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	if (k->c)
 		fj_nvptx_mark_kernel(k->c, f, maxntid);
 	attr(k, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
-	for (uint32_t i = 0; i < np; i++) {
+	for (uint32_t i = 0; i < ndims_i + 2; i++) {
 		attr(k, f, (int)i + 1, "noalias", 0);
 		attr(k, f, (int)i + 1, "nocapture", 0);
-		bool input = i < n->nopnds || i == np - 2;
+		bool input = i < n->nopnds || i == ndims_i;
 		if (input)
 			attr(k, f, (int)i + 1, "readonly", 0);
 		if (align && i < n->nopnds + n->nres)
@@ -152,8 +188,9 @@ static fj_status entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	}
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
 	LLVMPositionBuilderAtEnd(cg->b, cg->entry);
-	V dims = LLVMGetParam(f, np - 2);
-	k->statusp = LLVMGetParam(f, np - 1);
+	V dims = LLVMGetParam(f, ndims_i);
+	k->statusp = LLVMGetParam(f, ndims_i + 1);
+	k->wsp = k->want_ws ? LLVMGetParam(f, ndims_i + 2) : NULL;
 	int64_t di = 0;
 	memset(k->in, 0, sizeof k->in);
 	for (uint32_t i = 0; i < n->nopnds; i++) {
@@ -183,7 +220,8 @@ static fj_status entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	k->ntid = zx64(k, cg->target->block_dim(cg, 0));
 	k->ctaid = zx64(k, cg->target->block_idx(cg, 0));
 	k->nctaid = zx64(k, cg->target->grid_dim(cg, 0));
-	fj_status st = fj_rg_begin(&k->r, cg, k->a, k->in, k->nin, k->out, k->nout, k->status);
+	/* the region's extra symbols (region.h) follow the views' sizes in dims */
+	fj_status st = fj_rg_begin_dims(&k->r, cg, k->a, k->in, k->nin, k->out, k->nout, k->status, dims, di);
 	/* The evaluator reads possibly-empty operands through a local dummy
 	 * (a select between an alloca and the pointer), which would turn every
 	 * load into a generic one (no ld.global.nc, no vectors). Device buffers
@@ -840,23 +878,63 @@ static fj_status emit_reg(gk *k)
  * the block for the row's outputs. Not for argmax/argmin (interleaved).
  * At most 256 threads: one shared slot per thread and state value. */
 #define COL_BLOCK 256
-static fj_status emit_col(gk *k)
+
+/* The accumulators and their per-thread shared slots of a column kernel. */
+static void col_setup(gk *k, redctx *rc, V sh[][3])
 {
 	fj_cg *cg = k->cg;
+	for (int i = 0; i < k->a->nreds; i++) {
+		fj_rg_acc_init(&k->r, k->a->reds[i], &rc->acc[i]);
+		for (int s = 0; s < rc->acc[i].n; s++) {
+			char nm[48];
+			snprintf(nm, sizeof nm, "col%u", k->nshared++);
+			sh[i][s] = cg->target->shared_array(cg, rc->acc[i].ty[s], COL_BLOCK, nm);
+		}
+	}
+}
+
+/* Merges the states of the Y groups of a column kernel (one per thread,
+ * lane tx = the row) through shared memory: group 0 merges them in group
+ * order, then every thread reads its row's merged state back. All threads
+ * of the block must call it (barriers). */
+static void col_merge_groups(gk *k, fj_rg_acc *acc, V sh[3], V tx, V ty0, V ny)
+{
+	fj_cg *cg = k->cg;
+	V vals[3];
+	fj_rg_acc_load(&k->r, acc, vals);
+	for (int s = 0; s < acc->n; s++)
+		LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[s], &k->tid, 1, ""));
+	cg->target->barrier(cg);
+	fj_cg_if c1;
+	if_begin(k, &c1, ty0);
+	gloop ml;
+	gloop_begin(k, &ml, i64c(k, 1), ny, i64c(k, 1), "merge");
+	V at = add(k, mul(k, ml.iv, i64c(k, 32)), tx);
+	V other[3];
+	for (int s = 0; s < acc->n; s++)
+		other[s] = LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[s], &at, 1, ""), "");
+	fj_rg_acc_merge(&k->r, acc, other);
+	gloop_end(k, &ml);
+	fj_rg_acc_load(&k->r, acc, vals);
+	for (int s = 0; s < acc->n; s++)
+		LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[s], &tx, 1, ""));
+	if_end(k, &c1);
+	cg->target->barrier(cg);
+	for (int s = 0; s < acc->n; s++)
+		fj_cg_set(cg, acc->var[s],
+		          LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[s], &tx, 1, ""), ""));
+	cg->target->barrier(cg);
+}
+
+static fj_status emit_col(gk *k)
+{
 	redctx rc;
 	fj_status st = red_begin(k, &rc, "_col", COL_BLOCK);
 	if (st != FJ_OK)
 		return st;
 	const fj_rg_analysis *a = k->a;
 	V sh[FJ_RG_MAX_REDS][3];
-	for (int i = 0; i < a->nreds; i++) {
-		fj_rg_acc_init(&k->r, a->reds[i], &rc.acc[i]);
-		for (int s = 0; s < rc.acc[i].n; s++) {
-			char nm[48];
-			snprintf(nm, sizeof nm, "col%u", k->nshared++);
-			sh[i][s] = cg->target->shared_array(cg, rc.acc[i].ty[s], COL_BLOCK, nm);
-		}
-	}
+	col_setup(k, &rc, sh);
 	V tx = LLVMBuildAnd(B, k->tid, i64c(k, 31), "tx");
 	V ty = LLVMBuildLShr(B, k->tid, i64c(k, 5), "ty");
 	V ny = LLVMBuildLShr(B, k->ntid, i64c(k, 5), "ny");
@@ -883,32 +961,8 @@ static fj_status emit_col(gk *k)
 		for (int i = 0; i < a->nreds; i++) {
 			if (a->red_phase[i] != ph)
 				continue;
-			fj_rg_acc *acc = &rc.acc[i];
-			V vals[3];
-			fj_rg_acc_load(&k->r, acc, vals);
-			for (int s = 0; s < acc->n; s++)
-				LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &k->tid, 1, ""));
-			cg->target->barrier(cg);
-			fj_cg_if c1;
-			if_begin(k, &c1, ty0);
-			gloop ml;
-			gloop_begin(k, &ml, i64c(k, 1), ny, i64c(k, 1), "merge");
-			V at = add(k, mul(k, ml.iv, i64c(k, 32)), tx);
-			V other[3];
-			for (int s = 0; s < acc->n; s++)
-				other[s] = LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &at, 1, ""), "");
-			fj_rg_acc_merge(&k->r, acc, other);
-			gloop_end(k, &ml);
-			fj_rg_acc_load(&k->r, acc, vals);
-			for (int s = 0; s < acc->n; s++)
-				LLVMBuildStore(B, vals[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &tx, 1, ""));
-			if_end(k, &c1);
-			cg->target->barrier(cg);
-			for (int s = 0; s < acc->n; s++)
-				fj_cg_set(cg, acc->var[s],
-				          LLVMBuildLoad2(B, acc->ty[s], LLVMBuildInBoundsGEP2(B, acc->ty[s], sh[i][s], &tx, 1, ""), ""));
-			cg->target->barrier(cg);
-			fj_rg_acc_finish(&k->r, acc, rc.len);
+			col_merge_groups(k, &rc.acc[i], sh[i], tx, ty0, ny);
+			fj_rg_acc_finish(&k->r, &rc.acc[i], rc.len);
 		}
 	}
 	fj_cg_if c2;
@@ -919,9 +973,174 @@ static fj_status emit_col(gk *k)
 	return entry_end(k);
 }
 
+/* ---- outer reductions split across blocks (_split) ---- */
+
+/* _col gives a tile of 32 rows (rows of R: adjacent columns of the data) to
+ * one block, which walks the whole reduced extent: with few rows (e.g. the
+ * bias gradient, 4096 columns of 8192 rows: 128 tiles) most of the GPU idles. _split cuts each row's positions into S
+ * contiguous chunks: work item (tile, s) is one tile over chunk s, reduced
+ * as _col does (Y groups, merged through shared memory), its states written
+ * to the workspace. The block that completes a tile's S-th item (a counter
+ * per tile, incremented after a fence: CUDA's threadFenceReduction) merges
+ * the S partials in chunk order, finishes the reductions and writes the
+ * tile's outputs (the epilogue), then zeroes the counter for the next launch.
+ * One kernel, no grid-wide barrier, any grid size: S = nctaid / tiles (at
+ * least 1), so a smaller grid than the plan's (the emulator's) makes fewer
+ * chunks within the workspace the plan sized. One reduction phase only (a
+ * second would need the first's results in every block); not for
+ * argmax/argmin (chunks interleave positions within a block).
+ * Workspace (zeroed once by the runtime): an i32 counter per tile, padded
+ * to 16 bytes, then 8-byte partial slots
+ * [((reduction * 3 + state) * items + item) * 32 + lane]. */
+static bool split_ok(const fj_rg_analysis *a)
+{
+	if (a->nreds == 0 || a->nphases != 1 || a->sched == FJ_RG_MATMUL || a->sched == FJ_RG_SCAN ||
+	    a->sched == FJ_RG_TAKE || a->sched == FJ_RG_GATHER || a->sched == FJ_RG_SCATTER)
+		return false;
+	for (int i = 0; i < a->nreds; i++) {
+		fj_op op = a->node->body->nodes[a->reds[i]].op;
+		if (op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN)
+			return false;
+	}
+	return true;
+}
+
+/* Bytes of counters before the partials (16-byte aligned). */
+static int64_t split_counter_bytes(int64_t tiles) { return (tiles + 3) / 4 * 16; }
+
+/* The address of partial slot (reduction i, state s, item, lane tx). */
+static V split_slot(gk *k, V part, int i, int s, V items, V item, V tx)
+{
+	V at = add(k, mul(k, add(k, mul(k, i64c(k, i * 3 + s), items), item), i64c(k, 32)), tx);
+	return LLVMBuildInBoundsGEP2(B, k->cg->t_i64, part, &at, 1, "");
+}
+
+/* __threadfence(): device-wide ordering of this thread's memory accesses.
+ * LLVM 19's NVPTX backend cannot select the IR `fence` instruction, so on
+ * NVPTX (k->c set) it is the membar.gl intrinsic; the host emulator (k->c
+ * NULL) uses the IR fence. */
+static void device_fence(gk *k)
+{
+	if (!k->c) {
+		LLVMBuildFence(B, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+		return;
+	}
+	LLVMTypeRef fty = LLVMFunctionType(k->cg->t_void, NULL, 0, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(k->cg->mod, "llvm.nvvm.membar.gl");
+	if (!f)
+		f = LLVMAddFunction(k->cg->mod, "llvm.nvvm.membar.gl", fty);
+	LLVMBuildCall2(B, fty, f, NULL, 0, "");
+}
+
+static fj_status emit_split(gk *k)
+{
+	fj_cg *cg = k->cg;
+	redctx rc;
+	k->want_ws = true;
+	fj_status st = red_begin(k, &rc, "_split", COL_BLOCK);
+	k->want_ws = false;
+	if (st != FJ_OK)
+		return st;
+	const fj_rg_analysis *a = k->a;
+	V sh[FJ_RG_MAX_REDS][3];
+	col_setup(k, &rc, sh);
+	V last_sh = cg->target->shared_array(cg, cg->t_i32, 1, "split_last");
+	V tx = LLVMBuildAnd(B, k->tid, i64c(k, 31), "tx");
+	V ty = LLVMBuildLShr(B, k->tid, i64c(k, 5), "ty");
+	V ny = LLVMBuildLShr(B, k->ntid, i64c(k, 5), "ny");
+	V ty0 = LLVMBuildICmp(B, LLVMIntEQ, ty, i64c(k, 0), "");
+	V tid0 = LLVMBuildICmp(B, LLVMIntEQ, k->tid, i64c(k, 0), "");
+	V tiles = LLVMBuildUDiv(B, add(k, rc.rows, i64c(k, 31)), i64c(k, 32), "");
+	V tiles1 = sel(k, ult(k, tiles, i64c(k, 1)), i64c(k, 1), tiles); /* no division by 0 */
+	V nsplit = LLVMBuildUDiv(B, k->nctaid, tiles1, "");
+	nsplit = sel(k, ult(k, nsplit, i64c(k, 1)), i64c(k, 1), nsplit);
+	V chunk = LLVMBuildUDiv(B, add(k, rc.len, LLVMBuildSub(B, nsplit, i64c(k, 1), "")), nsplit, "");
+	V items = mul(k, tiles, nsplit);
+	V cbytes = mul(k, LLVMBuildUDiv(B, add(k, tiles, i64c(k, 3)), i64c(k, 4), ""), i64c(k, 16));
+	V part = LLVMBuildGEP2(B, cg->t_i8, k->wsp, &cbytes, 1, "partials");
+	gloop il;
+	gloop_begin(k, &il, k->ctaid, items, k->nctaid, "item");
+	V tile = LLVMBuildUDiv(B, il.iv, nsplit, "");
+	V chunk_i = LLVMBuildURem(B, il.iv, nsplit, "");
+	V row = add(k, mul(k, tile, i64c(k, 32)), tx);
+	V ok = ult(k, row, rc.rows);
+	V rowc = sel(k, ok, row, i64c(k, 0));
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rowc, ridx);
+	/* stage 1: this chunk's partial states */
+	for (int i = 0; i < a->nreds; i++)
+		fj_rg_acc_reset(&k->r, &rc.acc[i]);
+	V j0 = mul(k, chunk_i, chunk);
+	V j1 = add(k, j0, chunk);
+	j1 = sel(k, slt(k, j1, rc.len), j1, rc.len);
+	fj_cg_if c0;
+	if_begin(k, &c0, ok);
+	gloop jl;
+	gloop_begin(k, &jl, add(k, j0, ty), j1, ny, "pos");
+	step_phase(k, &rc, 0, ridx, jl.iv);
+	gloop_end(k, &jl);
+	if_end(k, &c0);
+	for (int i = 0; i < a->nreds; i++)
+		col_merge_groups(k, &rc.acc[i], sh[i], tx, ty0, ny);
+	fj_cg_if c1;
+	if_begin(k, &c1, ty0);
+	for (int i = 0; i < a->nreds; i++) {
+		V vals[3];
+		fj_rg_acc_load(&k->r, &rc.acc[i], vals);
+		for (int s = 0; s < rc.acc[i].n; s++)
+			LLVMBuildStore(B, vals[s], split_slot(k, part, i, s, items, il.iv, tx));
+	}
+	if_end(k, &c1);
+	/* the partials visible device-wide before the count says so */
+	device_fence(k);
+	cg->target->barrier(cg);
+	fj_cg_if c2;
+	if_begin(k, &c2, tid0);
+	V cnt = LLVMBuildInBoundsGEP2(B, cg->t_i32, k->wsp, &tile, 1, "");
+	V old = LLVMBuildAtomicRMW(B, LLVMAtomicRMWBinOpAdd, cnt, fj_cg_i32(cg, 1), LLVMAtomicOrderingMonotonic, 0);
+	V is_last = LLVMBuildICmp(B, LLVMIntEQ, zx64(k, old), LLVMBuildSub(B, nsplit, i64c(k, 1), ""), "");
+	LLVMBuildStore(B, LLVMBuildZExt(B, is_last, cg->t_i32, ""), last_sh);
+	if_end(k, &c2);
+	cg->target->barrier(cg);
+	V last = LLVMBuildICmp(B, LLVMIntNE, LLVMBuildLoad2(B, cg->t_i32, last_sh, ""), fj_cg_i32(cg, 0), "");
+	/* stage 2 (the tile's last block): every thread merges its row's partials in chunk order */
+	fj_cg_if c3;
+	if_begin(k, &c3, last);
+	device_fence(k);
+	for (int i = 0; i < a->nreds; i++)
+		fj_rg_acc_reset(&k->r, &rc.acc[i]);
+	gloop sl;
+	gloop_begin(k, &sl, i64c(k, 0), nsplit, i64c(k, 1), "chunk");
+	V item = add(k, mul(k, tile, nsplit), sl.iv);
+	for (int i = 0; i < a->nreds; i++) {
+		V other[3];
+		for (int s = 0; s < rc.acc[i].n; s++) {
+			/* volatile: from L2, never a line this SM's L1 kept (the
+			 * slots are rewritten by other blocks at every launch) */
+			other[s] = LLVMBuildLoad2(B, rc.acc[i].ty[s], split_slot(k, part, i, s, items, item, tx), "");
+			LLVMSetVolatile(other[s], 1);
+		}
+		fj_rg_acc_merge(&k->r, &rc.acc[i], other);
+	}
+	gloop_end(k, &sl);
+	for (int i = 0; i < a->nreds; i++)
+		fj_rg_acc_finish(&k->r, &rc.acc[i], rc.len);
+	fj_cg_if c4;
+	if_begin(k, &c4, ok);
+	write_row(k, &rc, ridx, row, ty, ny, ty0);
+	if_end(k, &c4);
+	fj_cg_if c5;
+	if_begin(k, &c5, tid0);
+	LLVMBuildStore(B, fj_cg_i32(cg, 0), LLVMBuildInBoundsGEP2(B, cg->t_i32, k->wsp, &tile, 1, ""));
+	if_end(k, &c5);
+	if_end(k, &c3);
+	gloop_end(k, &il);
+	return entry_end(k);
+}
+
 /* ---- matmul: 16x16 shared-memory tiles ---- */
 
-static fj_status emit_matmul(gk *k)
+static fj_status emit_matmul(gk *k, const char *suffix)
 {
 	fj_cg *cg = k->cg;
 	const fj_graph *body = k->body;
@@ -933,7 +1152,7 @@ static fj_status emit_matmul(gk *k)
 	fj_dtype odt = body->values[ov].type.dtype;
 	fj_dtype acc_dt = fj_dtype_is_float(odt) ? FJ_DT_F64 : FJ_DT_I64;
 	fj_dtype tdt = fj_dtype_is_float(odt) ? (odt == FJ_DT_F64 ? FJ_DT_F64 : FJ_DT_F32) : FJ_DT_I64;
-	fj_status st = entry_begin(k, "", TILE * TILE, 0);
+	fj_status st = entry_begin(k, suffix, TILE * TILE, 0);
 	if (st != FJ_OK)
 		return st;
 	LLVMTypeRef tty = fj_cg_compute_type(cg, tdt), aty = fj_cg_compute_type(cg, acc_dt);
@@ -1019,6 +1238,219 @@ static fj_status emit_matmul(gk *k)
 	store_results(k, ro, oidx, olin);
 	fj_rg_bind(&k->r, ov, NULL);
 	if_end(k, &c);
+	gloop_end(k, &tl);
+	return entry_end(k);
+}
+
+/* ---- matmul on tensor cores: mma.sync m16n8k16, f16/bf16 operands ---- */
+
+/* A block (4 warps) computes a 64x64 tile of the output. Per step of 32
+ * along K, the block stages A[64][32] (row-major) and B[32][64] (stored
+ * transposed, Bs[n][k], so that a B fragment's two k-adjacent halves are one
+ * 32-bit word) in shared memory through the evaluator (prologue ops such as
+ * transposes or converts are evaluated there; positions outside M, N or K
+ * are zero), then each warp multiplies its 32x32 quarter: 2x4 mma tiles of
+ * 16x8, f32 accumulators in registers. The accumulators then go through
+ * shared memory, so that the epilogue runs once per output element with
+ * adjacent threads on adjacent columns (coalesced stores), as in the SIMT
+ * kernel. Rows are padded to 40 halves: the 8 rows x 4 words a warp's
+ * fragment load touches fall in 32 distinct banks. */
+#define MMA_BM 64
+#define MMA_BN 64
+#define MMA_BK 32
+#define MMA_LD (MMA_BK + 8)
+#define MMA_CLD (MMA_BN + 4)
+#define MMA_THREADS 128
+
+/* The ranks the matmul templates handle (prims.matmul after decomposition). */
+static bool matmul_ranks_ok(int ra, int rb, int ro)
+{
+	return ra >= 2 && ra <= 3 && rb >= 2 && rb <= 3 && ro >= 2 && ro <= 3;
+}
+
+/* Whether matmul region a gets the tensor-core variant: A and B both f16 or
+ * both bf16 (tensor cores read them exactly; sm_80+, every supported target). */
+static bool mma_ok(const fj_rg_analysis *a)
+{
+	if (a->sched != FJ_RG_MATMUL || a->opaque == FJ_NONODE)
+		return false;
+	const fj_graph *body = a->node->body;
+	const fj_node *mm = &body->nodes[a->opaque];
+	if (mm->op != FJ_OP_PRIMS_MATMUL || mm->nopnds < 2)
+		return false;
+	const fj_type *ta = &body->values[mm->opnds[0]].type, *tb = &body->values[mm->opnds[1]].type;
+	const fj_type *to = &body->values[mm->res[0]].type;
+	return matmul_ranks_ok(ta->rank, tb->rank, to->rank) && ta->dtype == tb->dtype &&
+	       (ta->dtype == FJ_DT_F16 || ta->dtype == FJ_DT_BF16);
+}
+
+/* The 16-bit pattern of x (a compute value that is exactly an f16/bf16:
+ * the operand has that dtype, and the evaluator rounds to it). */
+static V half_bits(gk *k, V x, bool bf16)
+{
+	fj_cg *cg = k->cg;
+	if (!bf16)
+		return LLVMBuildBitCast(B, LLVMBuildFPTrunc(B, x, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_i16, "");
+	V u = LLVMBuildBitCast(B, x, cg->t_i32, "");
+	return LLVMBuildTrunc(B, LLVMBuildLShr(B, u, fj_cg_i32(cg, 16), ""), cg->t_i16, "");
+}
+
+/* Two adjacent halves of a shared i16 array at element `at` (even) as one i32. */
+static V ld_pair(gk *k, V arr, V at)
+{
+	V p = LLVMBuildInBoundsGEP2(B, k->cg->t_i16, arr, &at, 1, "");
+	V v = LLVMBuildLoad2(B, k->cg->t_i32, p, "");
+	LLVMSetAlignment(v, 4);
+	return v;
+}
+
+/* Stages one operand tile into shared memory: element e of the tile is
+ * (r, c) = (e / cols, e % cols) of the tile (rows x cols), read from the
+ * operand at (batch bi, row0 + r, col0 + c) (zero outside rows x cols of
+ * the operand) and stored at sh[r * ld_r + c * ld_c]. */
+typedef struct mma_stage {
+	fj_vid v;
+	int rank;
+	V rows, cols;          /* the operand's last two sizes */
+	V row0, col0;
+	int tile_rows, tile_cols;
+	int64_t ld_r, ld_c;
+	V sh;
+} mma_stage;
+
+static void mma_stage_tile(gk *k, const mma_stage *s, V bi, bool bf16)
+{
+	gloop el;
+	gloop_begin(k, &el, k->tid, i64c(k, (int64_t)s->tile_rows * s->tile_cols), i64c(k, MMA_THREADS), "stage");
+	V r = LLVMBuildUDiv(B, el.iv, i64c(k, s->tile_cols), "");
+	V c = LLVMBuildURem(B, el.iv, i64c(k, s->tile_cols), "");
+	V gr = add(k, s->row0, r), gc = add(k, s->col0, c);
+	V okr = ult(k, gr, s->rows), okc = ult(k, gc, s->cols);
+	V idx[3];
+	int q = 0;
+	if (s->rank == 3)
+		idx[q++] = bi;
+	idx[q++] = sel(k, okr, gr, i64c(k, 0));
+	idx[q++] = sel(k, okc, gc, i64c(k, 0));
+	fj_rg_point p;
+	fj_rg_point_idx(&p, s->rank, idx);
+	V bits = half_bits(k, fj_rg_eval(&k->r, s->v, &p), bf16);
+	bits = sel(k, LLVMBuildAnd(B, okr, okc, ""), bits, LLVMConstInt(k->cg->t_i16, 0, 0));
+	V at = add(k, mul(k, r, i64c(k, s->ld_r)), mul(k, c, i64c(k, s->ld_c)));
+	LLVMBuildStore(B, bits, LLVMBuildInBoundsGEP2(B, k->cg->t_i16, s->sh, &at, 1, ""));
+	gloop_end(k, &el);
+}
+
+static fj_status emit_matmul_mma(gk *k)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	const fj_node *mm = &body->nodes[k->a->opaque];
+	fj_vid av = mm->opnds[0], bv = mm->opnds[1], ov = mm->res[0];
+	int ra = body->values[av].type.rank, rb = body->values[bv].type.rank, ro = body->values[ov].type.rank;
+	bool bf16 = body->values[av].type.dtype == FJ_DT_BF16;
+	fj_dtype odt = body->values[ov].type.dtype;
+	fj_status st = entry_begin(k, "", MMA_THREADS, 0);
+	if (st != FJ_OK)
+		return st;
+	V sa = cg->target->shared_array(cg, cg->t_i16, MMA_BM * MMA_LD, "mma_a");
+	V sb = cg->target->shared_array(cg, cg->t_i16, MMA_BN * MMA_LD, "mma_b");
+	V sc = cg->target->shared_array(cg, cg->t_f32, MMA_BM * MMA_CLD, "mma_c");
+	V M = fj_rg_dim(&k->r, ov, ro - 2), N = fj_rg_dim(&k->r, ov, ro - 1);
+	V K = fj_rg_dim(&k->r, av, ra - 1);
+	V batch = ro == 3 ? fj_rg_dim(&k->r, ov, 0) : i64c(k, 1);
+	V lane = LLVMBuildAnd(B, k->tid, i64c(k, 31), "lane");
+	V warp = LLVMBuildLShr(B, k->tid, i64c(k, 5), "warp");
+	V g = LLVMBuildLShr(B, lane, i64c(k, 2), "g"), t2 = mul(k, LLVMBuildAnd(B, lane, i64c(k, 3), ""), i64c(k, 2));
+	V wm = mul(k, LLVMBuildLShr(B, warp, i64c(k, 1), ""), i64c(k, 32));
+	V wn = mul(k, LLVMBuildAnd(B, warp, i64c(k, 1), ""), i64c(k, 32));
+	V tilesm = LLVMBuildUDiv(B, add(k, M, i64c(k, MMA_BM - 1)), i64c(k, MMA_BM), "");
+	V tilesn = LLVMBuildUDiv(B, add(k, N, i64c(k, MMA_BN - 1)), i64c(k, MMA_BN), "");
+	V per = mul(k, tilesm, tilesn);
+	V zero = LLVMConstReal(cg->t_f32, 0);
+	V acc[2][4][4];
+	for (int mi = 0; mi < 2; mi++)
+		for (int ni = 0; ni < 4; ni++)
+			for (int i = 0; i < 4; i++)
+				acc[mi][ni][i] = fj_cg_var(cg, cg->t_f32, NULL, "acc");
+	gloop tl;
+	gloop_begin(k, &tl, k->ctaid, mul(k, per, batch), k->nctaid, "tile");
+	V bi = LLVMBuildUDiv(B, tl.iv, per, "");
+	V rem = LLVMBuildURem(B, tl.iv, per, "");
+	V m0 = mul(k, LLVMBuildUDiv(B, rem, tilesn, ""), i64c(k, MMA_BM));
+	V n0 = mul(k, LLVMBuildURem(B, rem, tilesn, ""), i64c(k, MMA_BN));
+	for (int mi = 0; mi < 2; mi++)
+		for (int ni = 0; ni < 4; ni++)
+			for (int i = 0; i < 4; i++)
+				fj_cg_set(cg, acc[mi][ni][i], zero);
+	gloop kl;
+	gloop_begin(k, &kl, i64c(k, 0), K, i64c(k, MMA_BK), "k");
+	/* A[bi, m0 + r, k0 + c] -> sa[r][c]; B[bi, k0 + r, n0 + c] -> sb[c][r] */
+	mma_stage s_a = {av, ra, M, K, m0, kl.iv, MMA_BM, MMA_BK, MMA_LD, 1, sa};
+	mma_stage s_b = {bv, rb, K, N, kl.iv, n0, MMA_BK, MMA_BN, 1, MMA_LD, sb};
+	mma_stage_tile(k, &s_a, bi, bf16);
+	mma_stage_tile(k, &s_b, bi, bf16);
+	cg->target->barrier(cg);
+	for (int ks = 0; ks < MMA_BK; ks += 16) {
+		V af[2][4], bfr[4][2];
+		for (int mi = 0; mi < 2; mi++) {
+			V r = add(k, wm, add(k, i64c(k, mi * 16), g));
+			V c = add(k, t2, i64c(k, ks));
+			V r8 = add(k, r, i64c(k, 8)), c8 = add(k, c, i64c(k, 8));
+			af[mi][0] = ld_pair(k, sa, add(k, mul(k, r, i64c(k, MMA_LD)), c));
+			af[mi][1] = ld_pair(k, sa, add(k, mul(k, r8, i64c(k, MMA_LD)), c));
+			af[mi][2] = ld_pair(k, sa, add(k, mul(k, r, i64c(k, MMA_LD)), c8));
+			af[mi][3] = ld_pair(k, sa, add(k, mul(k, r8, i64c(k, MMA_LD)), c8));
+		}
+		for (int ni = 0; ni < 4; ni++) {
+			V n = add(k, wn, add(k, i64c(k, ni * 8), g));
+			V at = add(k, mul(k, n, i64c(k, MMA_LD)), add(k, t2, i64c(k, ks)));
+			bfr[ni][0] = ld_pair(k, sb, at);
+			bfr[ni][1] = ld_pair(k, sb, add(k, at, i64c(k, 8)));
+		}
+		for (int mi = 0; mi < 2; mi++)
+			for (int ni = 0; ni < 4; ni++) {
+				V c[4], d[4];
+				for (int i = 0; i < 4; i++)
+					c[i] = fj_cg_get(cg, acc[mi][ni][i], cg->t_f32);
+				cg->target->mma_m16n8k16(cg, bf16, af[mi], bfr[ni], c, d);
+				for (int i = 0; i < 4; i++)
+					fj_cg_set(cg, acc[mi][ni][i], d[i]);
+			}
+	}
+	cg->target->barrier(cg);
+	gloop_end(k, &kl);
+	/* accumulators -> sc (the D fragment layout), then the epilogue */
+	for (int mi = 0; mi < 2; mi++)
+		for (int ni = 0; ni < 4; ni++)
+			for (int i = 0; i < 4; i++) {
+				V r = add(k, wm, add(k, g, i64c(k, mi * 16 + (i >= 2 ? 8 : 0))));
+				V c = add(k, wn, add(k, t2, i64c(k, ni * 8 + (i & 1))));
+				V at = add(k, mul(k, r, i64c(k, MMA_CLD)), c);
+				LLVMBuildStore(B, fj_cg_get(cg, acc[mi][ni][i], cg->t_f32),
+				               LLVMBuildInBoundsGEP2(B, cg->t_f32, sc, &at, 1, ""));
+			}
+	cg->target->barrier(cg);
+	gloop el;
+	gloop_begin(k, &el, k->tid, i64c(k, MMA_BM * MMA_BN), i64c(k, MMA_THREADS), "epi");
+	V r = LLVMBuildUDiv(B, el.iv, i64c(k, MMA_BN), ""), c = LLVMBuildURem(B, el.iv, i64c(k, MMA_BN), "");
+	V i = add(k, m0, r), j = add(k, n0, c);
+	fj_cg_if ok;
+	if_begin(k, &ok, LLVMBuildAnd(B, ult(k, i, M), ult(k, j, N), ""));
+	V at = add(k, mul(k, r, i64c(k, MMA_CLD)), c);
+	V x = LLVMBuildLoad2(B, cg->t_f32, LLVMBuildInBoundsGEP2(B, cg->t_f32, sc, &at, 1, ""), "");
+	fj_rg_bind(&k->r, ov, fj_cg_convert(cg, x, FJ_DT_F32, odt));
+	V oidx[3];
+	int q = 0;
+	if (ro == 3)
+		oidx[q++] = bi;
+	oidx[q++] = i;
+	oidx[q++] = j;
+	store_results(k, ro, oidx, lin_of(k, ov, oidx, ro));
+	fj_rg_bind(&k->r, ov, NULL);
+	if_end(k, &ok);
+	gloop_end(k, &el);
+	cg->target->barrier(cg);
 	gloop_end(k, &tl);
 	return entry_end(k);
 }
@@ -1231,7 +1663,11 @@ static fj_status emit_scan(gk *k)
 static int region_variants(const fj_rg_analysis *a, const char **suffix)
 {
 	switch (a->sched) {
-	case FJ_RG_MATMUL: case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN:
+	case FJ_RG_MATMUL: /* f16/bf16: tensor cores first, the SIMT kernel kept */
+		suffix[0] = "";
+		suffix[1] = "_simt";
+		return mma_ok(a) ? 2 : 1;
+	case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN:
 		suffix[0] = "";
 		return 1;
 	case FJ_RG_SCATTER:
@@ -1244,7 +1680,8 @@ static int region_variants(const fj_rg_analysis *a, const char **suffix)
 			suffix[1] = "_tpr";
 			suffix[2] = "_reg8";
 			suffix[3] = "_col";
-			return 4;
+			suffix[4] = "_split";
+			return split_ok(a) ? 5 : 4;
 		}
 		suffix[0] = "";
 		suffix[1] = "_s1";
@@ -1256,13 +1693,14 @@ static fj_status emit_variant(gk *k, int v)
 {
 	const fj_rg_analysis *a = k->a;
 	switch (a->sched) {
-	case FJ_RG_MATMUL: return emit_matmul(k);
+	case FJ_RG_MATMUL: return mma_ok(a) && v == 0 ? emit_matmul_mma(k) : emit_matmul(k, v == 0 ? "" : "_simt");
 	case FJ_RG_TAKE: case FJ_RG_GATHER: return emit_index(k);
 	case FJ_RG_SCAN: return emit_scan(k);
 	case FJ_RG_SCATTER: return emit_scatter(k, v == 1);
 	default:
 		if (a->nreds)
-			return v == 0 ? emit_bpr(k) : v == 1 ? emit_tpr(k) : v == 2 ? emit_reg(k) : emit_col(k);
+			return v == 0 ? emit_bpr(k) : v == 1 ? emit_tpr(k) : v == 2 ? emit_reg(k) : v == 3 ? emit_col(k)
+			                                                                               : emit_split(k);
 		if (a->sched == FJ_RG_TRANSPOSE && v == 0 && tileable(k->body))
 			return emit_transpose(k);
 		return emit_pointwise(k, v == 0);
@@ -1274,7 +1712,8 @@ static fj_status emit_variant(gk *k, int v)
 static fj_status emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, bool all,
                              fj_rg_analysis *a, int *nvariants)
 {
-	if (!cg->target->thread_idx || !cg->target->barrier || !cg->target->shuffle_xor || !cg->target->shared_array)
+	if (!cg->target->thread_idx || !cg->target->barrier || !cg->target->shuffle_xor || !cg->target->shared_array ||
+	    !cg->target->mma_m16n8k16)
 		return fj_error_status(cg->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: the target has no GPU hooks");
 	const fj_node *n = &g->nodes[node];
 	if (n->nopnds > MAXIO || n->nres > MAXIO)
@@ -1288,7 +1727,7 @@ static fj_status emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uin
 	k->body = n->body;
 	k->n = n;
 	snprintf(k->prefix, sizeof k->prefix, "%s", n->kernel ? n->kernel : "fj_kernel");
-	const char *suffix[4];
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
 	int nv = region_variants(a, suffix);
 	if (!all)
 		nv = 1;
@@ -1308,7 +1747,7 @@ fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, u
 	if (st != FJ_OK)
 		return st;
 	st = emit_region(c, cg, g, node, true, &a, nvariants);
-	const char *suffix[4];
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
 	region_variants(&a, suffix);
 	const fj_node *n = &g->nodes[node];
 	for (int v = 0; st == FJ_OK && v < *nvariants; v++)
@@ -1520,7 +1959,7 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
 		snprintf(e->k.name, sizeof e->k.name, "%s", n->kernel ? n->kernel : "fj_kernel");
 		e->k.sched = a.sched;
 		e->k.nvariants = nv;
-		const char *suffix[4];
+		const char *suffix[FJ_NVPTX_MAX_VARIANTS];
 		region_variants(&a, suffix);
 		for (int v = 0; v < nv; v++)
 			snprintf(e->k.entry[v], sizeof e->k.entry[v], "%s%s", e->k.name, suffix[v]);
@@ -1571,6 +2010,40 @@ static unsigned grid_of(int64_t items, unsigned block)
 	return g < 1 ? 1 : (unsigned)g;
 }
 
+/* Groups of 32 threads of a column kernel over `len` positions: about 64
+ * positions per thread, up to 8 groups (COL_BLOCK). */
+static unsigned col_groups(int64_t len)
+{
+	unsigned y = 1;
+	while (y < COL_BLOCK / 32 && (int64_t)y * 64 < len)
+		y *= 2;
+	return y;
+}
+
+/* The chunks of a split reduction (_split), or 0 when _split is not used:
+ * outer reductions whose tiles of 32 rows give fewer than half of
+ * SPLIT_BLOCKS blocks, with rows long enough to split (at least 2 chunks
+ * of SPLIT_MIN positions); enough chunks for about SPLIT_BLOCKS blocks (132
+ * SMs x 8 blocks of 256 threads on an H100/H200). Forced ("split"): any
+ * region that has the variant, in chunks of about 32 positions. */
+#define SPLIT_BLOCKS 1024
+#define SPLIT_MIN 512
+static int64_t split_chunks(const fj_rg_analysis *a, bool is_inner, bool ordered, int64_t rows, int64_t len,
+                            const char *force)
+{
+	if (!split_ok(a) || ordered || len <= 0)
+		return 0;
+	int64_t tiles = ceil_div(rows, 32);
+	if (force && strcmp(force, "split") == 0) {
+		int64_t s = ceil_div(len, 32);
+		return s < 2 ? 2 : s > 64 ? 64 : s;
+	}
+	if (force || is_inner || tiles * 2 > SPLIT_BLOCKS || len < 2 * SPLIT_MIN)
+		return 0;
+	int64_t s = ceil_div(SPLIT_BLOCKS, tiles), most = len / SPLIT_MIN;
+	return s < most ? s : most;
+}
+
 fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint32_t node,
                                int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
                                fj_nvptx_plan *plan)
@@ -1595,8 +2068,17 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 		int64_t tiles = ceil_div(d[t->rank - 2], TILE) * ceil_div(d[t->rank - 1], TILE);
 		if (t->rank == 3)
 			tiles *= d[0];
-		if (tiles > 0)
-			plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(tiles, 1), TILE * TILE, 0};
+		/* tensor cores for f16/bf16 ("bpr" forces the SIMT kernel, for tests) */
+		const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
+		if (mma_ok(&a) && !(force && strcmp(force, "bpr") == 0)) {
+			int64_t bt = ceil_div(d[t->rank - 2], MMA_BM) * ceil_div(d[t->rank - 1], MMA_BN);
+			if (t->rank == 3)
+				bt *= d[0];
+			if (bt > 0)
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){0, grid_of(bt, 1), MMA_THREADS, 0};
+		} else if (tiles > 0)
+			plan->launch[plan->n++] =
+				(fj_nvptx_launch_step){mma_ok(&a) ? 1 : 0, grid_of(tiles, 1), TILE * TILE, 0};
 		break;
 	}
 	case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN: case FJ_RG_SCATTER: {
@@ -1659,8 +2141,9 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 				fj_op op = body->nodes[a.reds[i]].op;
 				ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
 			}
-			/* tests force a variant: "bpr", "tpr" or "reg" */
+			/* tests force a variant: "bpr", "tpr", "reg", "col" or "split" */
 			const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
+			int64_t nsplit = split_chunks(&a, is_inner, ordered, rows, len, force);
 			int var = len <= 16 || (!is_inner && rows >= 2048) ? 1 : 0;
 			if (var == 0 && !ordered && len > 0 && len <= 8 * 512)
 				var = 2;
@@ -1674,13 +2157,20 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 				var = 2;
 			else if (force && strcmp(force, "col") == 0 && !ordered)
 				var = 3;
+			if (nsplit > 1)
+				var = 4;
 			unsigned gr = (unsigned)(rows > (1 << 20) ? (1 << 20) : rows);
 			if (var == 1)
 				plan->launch[plan->n++] = (fj_nvptx_launch_step){1, grid_of(rows, 256), 256, 0};
+			else if (var == 4) {
+				int64_t tiles = ceil_div(rows, 32);
+				unsigned y = col_groups(ceil_div(len, nsplit));
+				int64_t grid = tiles * nsplit > (1 << 20) ? (1 << 20) : tiles * nsplit;
+				plan->launch[plan->n++] = (fj_nvptx_launch_step){4, (unsigned)grid, 32 * y, 0};
+				plan->workspace = (size_t)(split_counter_bytes(tiles) + (int64_t)a.nreds * 3 * tiles * nsplit * 32 * 8);
+			}
 			else if (var == 3) {
-				unsigned y = 1;
-				while (y < 8 && (int64_t)y * 64 < len)
-					y *= 2;
+				unsigned y = col_groups(len);
 				int64_t tiles = ceil_div(rows, 32);
 				plan->launch[plan->n++] =
 					(fj_nvptx_launch_step){3, (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles), 32 * y, 0};

@@ -44,6 +44,9 @@ typedef struct fj_nvptx_plan {
 	fj_nvptx_launch_step launch[3];
 	int n;                  /* launches, in order (0: nothing to do, e.g. empty) */
 	bool may_fail;          /* read the status word back after the run */
+	size_t workspace;       /* bytes of device workspace the launches need
+	                         * (split reductions), zeroed before the first
+	                         * launch and passed as the parameter after status */
 } fj_nvptx_plan;
 
 /* Chooses variants and grid/block sizes. dimval evaluates a (symbolic) size

@@ -310,6 +310,17 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
 	LLVMSetAlignment(s, (unsigned)fj_dtype_size(t->dtype));
 }
 
+void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset)
+{
+	LLVMTypeRef pty = LLVMPointerTypeInContext(cg->llctx, 0);
+	unsigned id = LLVMLookupIntrinsicID("llvm.prefetch", 13);
+	LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &pty, 1);
+	/* read, high locality, data cache */
+	LLVMValueRef args[4] = {elem_ptr(cg, t, offset), LLVMConstInt(cg->t_i32, 0, 0), LLVMConstInt(cg->t_i32, 3, 0),
+	                        LLVMConstInt(cg->t_i32, 1, 0)};
+	LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->llctx, id, &pty, 1), f, args, 4, "");
+}
+
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx)
 {
 	LLVMValueRef off = fj_cg_i64(cg, 0);

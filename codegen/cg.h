@@ -14,7 +14,9 @@
  *   ptrs  the node's operands' data, then its results' data (NULL for `none`
  *         and literal operands). Every tensor is dense and row-major.
  *   dims  the sizes of every operand (rank entries each; literals and `none`
- *         have rank 0), then of every result, concatenated.
+ *         have rank 0), then of every result, concatenated; for a
+ *         fusion.kernel, then the values of its extra symbols (region.h:
+ *         sizes its body uses that no operand or result has), one each.
  *   lo,hi the part [lo, hi) of the kernel's parallel index space to run (see
  *         fj_cg_kernel.par_*); the aten executor runs [0, extent) at once,
  *         the host executor splits it over threads.
@@ -72,6 +74,17 @@ typedef struct fj_cg_target {
 	LLVMValueRef (*shuffle_xor)(fj_cg *cg, LLVMValueRef v, int mask);
 	/* GPU: a block-shared array of n elements of type elem (its pointer). */
 	LLVMValueRef (*shared_array)(fj_cg *cg, LLVMTypeRef elem, uint64_t n, const char *name);
+	/* GPU tensor cores: one warp-wide D = A * B + C of shape m16n8k16 (PTX
+	 * mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}), A 16x16 row-major, B
+	 * 16x8 column-major, f32 accumulation. Each lane passes its fragments in
+	 * the PTX ISA layout (g = lane / 4, t = lane % 4): a[0..3] (i32, two
+	 * f16/bf16 each, the lower column in the low half) = A[g][2t..],
+	 * A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]; b[0..1] (i32) = B[2t..][g],
+	 * B[2t+8..][g]; c[0..3] and d[0..3] (f32) = C[g][2t], C[g][2t+1],
+	 * C[g+8][2t], C[g+8][2t+1]. All 32 lanes of the warp must call it
+	 * together. bf16: the operands are bf16, else f16. NULL: no tensor cores. */
+	void (*mma_m16n8k16)(fj_cg *cg, bool bf16, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef c[4],
+	                     LLVMValueRef d[4]);
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
 } fj_cg_target;
@@ -127,6 +140,8 @@ LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
 /* Stores compute value v (of t's dtype's compute type) at `offset`, rounding
  * f16/bf16 to nearest even. */
 void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValueRef v);
+/* A hint: fetch the cache line of t's element at `offset` for reading. */
+void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
 /* Offset in t of the element that broadcasts (NumPy rules, aligned right) to

@@ -24,7 +24,9 @@ typedef struct nvkernel {
 	uint32_t node;
 	void *k;                 /* the device's prepared kernel */
 	fj_nvptx_plan plan;
+	uint64_t ws;             /* the plan's workspace (zeroed at bind), or 0 */
 	size_t dims_off;     /* in i64 elements, into the dims array */
+	uint32_t *xsyms, nxsyms; /* extra symbols (codegen/region.h), after the sizes */
 } nvkernel;
 
 struct fj_rt_nvprog {
@@ -50,6 +52,17 @@ struct fj_rt_nvprog {
 static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
 
 /* ---- creation ---- */
+
+/* The extra symbols of nk's region: sizes its body uses that none of its
+ * operands and results has (codegen/region.h); its kernel reads their
+ * values after their sizes in dims. */
+static fj_status list_extra_syms(fj_rt_nvprog *p, nvkernel *nk)
+{
+	nk->xsyms = calloc(fj_symbol_count(p->m) + 1, sizeof *nk->xsyms);
+	if (!nk->xsyms)
+		return oom(p->ctx);
+	return fj_rg_extra_syms(p->ctx, p->g, nk->node, nk->xsyms, &nk->nxsyms);
+}
 
 static bool fused(const fj_graph *g)
 {
@@ -189,6 +202,8 @@ fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_rt_
 		st = p->dev.prepare(p->dev.ud, p->g, i, &nk->k, &hit);
 		if (st == FJ_OK && !hit)
 			p->compiled++;
+		if (st == FJ_OK)
+			st = list_extra_syms(p, nk);
 	}
 	if (st != FJ_OK) {
 		fj_rt_nvptx_destroy(p);
@@ -207,6 +222,11 @@ static void release_buffers(fj_rt_nvprog *p)
 			p->dev.release(p->dev.ud, p->vbuf[v]);
 			p->vbuf[v] = 0;
 		}
+	for (uint32_t q = 0; p->kern && q < p->nkern; q++)
+		if (p->kern[q].ws) {
+			p->dev.release(p->dev.ud, p->kern[q].ws);
+			p->kern[q].ws = 0;
+		}
 	if (p->dims)
 		p->dev.release(p->dev.ud, p->dims);
 	if (p->status)
@@ -219,6 +239,8 @@ void fj_rt_nvptx_destroy(fj_rt_nvprog *p)
 	if (!p)
 		return;
 	release_buffers(p);
+	for (uint32_t q = 0; p->kern && q < p->nkern; q++)
+		free(p->kern[q].xsyms);
 	free(p->kern);
 	free(p->vdims);
 	free(p->vbuf);
@@ -395,6 +417,11 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 				st = p->dev.alloc(p->dev.ud, p->vbytes[n->res[j]], &p->vbuf[n->res[j]]);
 		if (st == FJ_OK)
 			st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
+		/* a split reduction's counters start at zero; its last blocks re-zero them */
+		if (st == FJ_OK && nk->plan.workspace)
+			st = p->dev.alloc(p->dev.ud, nk->plan.workspace, &nk->ws);
+		if (st == FJ_OK && nk->ws)
+			st = p->dev.memset0(p->dev.ud, nk->ws, nk->plan.workspace);
 		p->may_fail |= nk->plan.may_fail;
 		nk->dims_off = ndims_total;
 		for (uint32_t j = 0; j < n->nopnds; j++)
@@ -402,6 +429,7 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 				ndims_total += g->values[n->opnds[j]].type.rank;
 		for (uint32_t j = 0; j < n->nres; j++)
 			ndims_total += g->values[n->res[j]].type.rank;
+		ndims_total += nk->nxsyms;
 	}
 	int64_t *hd = calloc(ndims_total + 1, sizeof *hd);
 	if (st == FJ_OK && !hd)
@@ -416,6 +444,8 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 			for (int d = 0; d < g->values[v].type.rank; d++)
 				hd[o++] = p->vdims[(size_t)v * FJ_MAX_RANK + d];
 		}
+		for (uint32_t x = 0; x < p->kern[q].nxsyms; x++)
+			hd[o++] = p->symval[p->kern[q].xsyms[x]];
 	}
 	if (st == FJ_OK)
 		st = p->dev.alloc(p->dev.ud, (ndims_total + 1) * sizeof *hd, &p->dims);
@@ -457,16 +487,17 @@ static fj_status launch_all(fj_rt_nvprog *p)
 		nvkernel *nk = &p->kern[q];
 		const fj_node *n = &g->nodes[nk->node];
 		uint32_t np = n->nopnds + n->nres + 2;
-		uint64_t args[np];
+		uint64_t args[np + 1]; /* + the workspace, which only split entries declare */
 		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
 			fj_vid v = j < n->nopnds ? n->opnds[j] : n->res[j - n->nopnds];
 			args[j] = v == FJ_NOVAL ? 0 : p->vbuf[v];
 		}
 		args[np - 2] = p->dims + nk->dims_off * sizeof(int64_t);
 		args[np - 1] = p->status + q * sizeof(int32_t);
+		args[np] = nk->ws;
 		for (int s = 0; s < nk->plan.n && st == FJ_OK; s++) {
 			const fj_nvptx_launch_step *ls = &nk->plan.launch[s];
-			st = p->dev.launch(p->dev.ud, nk->k, ls->variant, ls->grid, ls->block, ls->shared, args, np);
+			st = p->dev.launch(p->dev.ud, nk->k, ls->variant, ls->grid, ls->block, ls->shared, args, np + 1);
 		}
 	}
 	return st;
@@ -623,4 +654,139 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 	fj_cu_event_destroy(p->cu, e1);
 	free(times);
 	return st;
+}
+
+/* ---- running on the caller's device memory (the public API's CUDA tensors) ---- */
+
+/* Copies n bytes between two device buffers: on the driver's stream when
+ * there is one, else (the emulator, or any other device) staged through host
+ * memory with the device's own copies. Rare: only a returned parameter, a
+ * value returned twice or such needs it. */
+static fj_status dev_copy(fj_rt_nvprog *p, uint64_t dst, uint64_t src, size_t n)
+{
+	if (!n || dst == src)
+		return FJ_OK;
+	if (p->cu)
+		return fj_cu_dtod(p->cu, dst, src, n);
+	void *tmp = malloc(n);
+	if (!tmp)
+		return oom(p->ctx);
+	fj_status st = p->dev.dtoh(p->dev.ud, tmp, src, n);
+	if (st == FJ_OK)
+		st = p->dev.htod(p->dev.ud, dst, tmp, n);
+	free(tmp);
+	return st;
+}
+
+/* Writes a returned literal's one element to device address dst. */
+static fj_status store_literal_dev(fj_rt_nvprog *p, uint64_t dst, const fj_value *val)
+{
+	int64_t cell[2] = {0, 0}; /* room for the widest dtype, aligned */
+	fj_rt_tensor t = {.data = cell, .dtype = val->type.dtype};
+	store_literal(&t, &val->lit);
+	return p->dev.htod(p->dev.ud, dst, cell, (size_t)fj_dtype_size(val->type.dtype));
+}
+
+/* Result k of a run whose buffers are in place: to the caller's device
+ * buffer out_dev (0: to the host tensor out, as fj_rt_nvptx_run does). */
+static fj_status place_result(fj_rt_nvprog *p, uint32_t k, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
+                              fj_rt_tensor *out, uint64_t out_dev)
+{
+	const fj_graph *g = p->g;
+	fj_vid v = g->results[k];
+	const fj_value *val = &g->values[v];
+	if (out_dev) {
+		if (val->kind == FJ_VK_LITERAL)
+			return store_literal_dev(p, out_dev, val);
+		return dev_copy(p, out_dev, p->vbuf[v], p->vbytes[v]); /* nothing when written in place */
+	}
+	fj_status st =
+		fj_rt_tensor_reshape(p->ctx, out, val->type.dtype, val->type.rank, &p->vdims[(size_t)v * FJ_MAX_RANK]);
+	if (st != FJ_OK || !out->nbytes)
+		return st;
+	if (val->kind == FJ_VK_LITERAL) {
+		store_literal(out, &val->lit);
+		return FJ_OK;
+	}
+	if (val->kind == FJ_VK_PARAM && !(in_dev && in_dev[val->def])) {
+		memcpy(out->data, inputs[val->def]->data, out->nbytes);
+		return FJ_OK;
+	}
+	return p->dev.dtoh(p->dev.ud, out->data, p->vbuf[v], out->nbytes);
+}
+
+/* Points the parameters given in device memory, and the results the caller
+ * wants in device memory, at the caller's buffers (the program's own stand
+ * aside; saved holds them, to restore). A result that is a parameter or a
+ * literal, or the second place of a value returned twice, keeps its buffer
+ * and is copied afterwards (place_result). */
+static void redirect_buffers(fj_rt_nvprog *p, const uint64_t *in_dev, const uint64_t *out_dev, const uint64_t *saved)
+{
+	const fj_graph *g = p->g;
+	for (uint32_t i = 0; in_dev && i < g->nparams; i++)
+		if (in_dev[i])
+			p->vbuf[g->params[i]] = in_dev[i];
+	for (uint32_t k = 0; out_dev && k < g->nresults; k++) {
+		fj_vid v = g->results[k];
+		fj_value_kind kind = g->values[v].kind;
+		if (out_dev[k] && kind != FJ_VK_LITERAL && kind != FJ_VK_PARAM && p->vbuf[v] == saved[v])
+			p->vbuf[v] = out_dev[k];
+	}
+}
+
+fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
+                              fj_rt_tensor *outputs, const uint64_t *out_dev)
+{
+	if (!p->bound)
+		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0}, "nvptx: run before bind");
+	const fj_graph *g = p->g;
+	size_t nv = g->nvalues ? g->nvalues : 1;
+	uint64_t *saved = malloc(nv * sizeof *saved);
+	if (!saved)
+		return oom(p->ctx);
+	memcpy(saved, p->vbuf, nv * sizeof *saved);
+	redirect_buffers(p, in_dev, out_dev, saved);
+	fj_status st = FJ_OK;
+	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
+		if (!(in_dev && in_dev[i]))
+			st = p->dev.htod(p->dev.ud, p->vbuf[g->params[i]], inputs[i]->data, p->vbytes[g->params[i]]);
+	if (st == FJ_OK)
+		st = launch_all(p);
+	if (st == FJ_OK)
+		st = p->dev.sync(p->dev.ud);
+	if (st == FJ_OK)
+		st = check_status(p);
+	for (uint32_t k = 0; k < g->nresults && st == FJ_OK; k++)
+		st = place_result(p, k, inputs, in_dev, &outputs[k], out_dev ? out_dev[k] : 0);
+	if (st == FJ_OK && out_dev)
+		st = p->dev.sync(p->dev.ud); /* the device-to-device copies are queued on the stream */
+	memcpy(p->vbuf, saved, nv * sizeof *saved);
+	free(saved);
+	return st;
+}
+
+/* ---- runs from several threads (the public API) ---- */
+
+fj_status fj_rt_nvptx_enter(fj_rt_nvprog *p, bool *held)
+{
+	*held = false;
+	if (!p->cu)
+		return FJ_OK;
+	fj_cu *cu;
+	fj_status st = fj_cu_get(p->ctx, &cu); /* makes the primary context current on this thread */
+	fj_nvptx_state *s = NULL;
+	if (st == FJ_OK)
+		st = fj_nvptx_state_get(p->ctx, &s);
+	if (st == FJ_OK) {
+		pthread_mutex_lock(&s->lock);
+		*held = true;
+	}
+	return st;
+}
+
+void fj_rt_nvptx_leave(fj_context *ctx, bool held)
+{
+	fj_nvptx_state *s;
+	if (held && fj_nvptx_state_get(ctx, &s) == FJ_OK)
+		pthread_mutex_unlock(&s->lock);
 }

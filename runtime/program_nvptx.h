@@ -60,6 +60,28 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 const int64_t *fj_rt_nvptx_param_dims(const fj_rt_nvprog *p, uint32_t i);
 fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs);
 
+/* fj_rt_nvptx_run with some buffers in the caller's device memory (the
+ * public API's CUDA tensors), used in place, with no host round trip:
+ * in_dev[i] != 0 is parameter i's dense device buffer (not uploaded: inputs[i]
+ * gives its shape only); out_dev[k] != 0 is where result k goes, a dense
+ * device buffer of the bound shape (outputs[k] is then left alone). The
+ * kernels read and write those buffers directly; a returned parameter or
+ * literal, or a value returned twice, is copied on the device. The caller's
+ * buffers must not overlap. in_dev and out_dev may be NULL (all on the host:
+ * the same as fj_rt_nvptx_run). */
+fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
+                              fj_rt_tensor *outputs, const uint64_t *out_dev);
+
+/* Several threads: the CUDA driver's state is shared by every program of a
+ * context and is not thread-safe (the caching allocator, the one stream),
+ * and its primary context must be current on the thread that calls it.
+ * fj_rt_nvptx_enter makes it current on the calling thread and takes the
+ * context's driver lock (*held) until fj_rt_nvptx_leave(ctx, *held); bind,
+ * run and destroy in between. Nothing is held on another device (the
+ * emulator). */
+fj_status fj_rt_nvptx_enter(fj_rt_nvprog *p, bool *held);
+void fj_rt_nvptx_leave(fj_context *ctx, bool held);
+
 /* IR.md §5 --bench on the device: the median of the launches alone (inputs
  * uploaded once, outputs on the device), timed with events, and the same-run
  * device-to-device copy of bytes/2 (bytes = inputs + outputs). */

@@ -1,8 +1,11 @@
 /* test_nvptx.c -- backend_nvptx/ without a GPU: the driver loader's messages
  * (no driver; the toolkit's stub library, loaded by path), FJ_CU error
  * formatting and the error-name table, the target whitelist, libdevice's
- * lazy link and the fallback math, and region compile times (cold and a
- * cache hit, printed on stderr). */
+ * lazy link and the fallback math, region compile times (cold and a cache
+ * hit, printed on stderr), launch plans (tensor cores, split reductions),
+ * and the GPU templates run on the host emulator: a split reduction picked
+ * by its sizes, and every golden case in each variant mode. */
+#include <math.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include "runtime/program_nvptx.h"
 #include "backend_nvptx/nvptx.h"
 #include "backend_nvptx/region_gpu.h"
+#include "codegen/region.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "test.h"
@@ -283,12 +287,134 @@ START_TEST(test_compile_times)
 	ck_assert_int_eq(k2->nvariants, 4);
 	fprintf(stderr, "persistent softmax region -> PTX (4 variants), cold: %.2f ms\n", (t5 - t4) / 1e3);
 	fj_module_destroy(m2);
+	/* an f16 matmul region: tensor cores first, the SIMT kernel second */
+	static const char mm_src[] = "graph @mm(%a: f16[M,K], %b: f16[K,N]) {\n"
+	                             "  %c = aten.mm(%a, %b)\n"
+	                             "  return %c\n"
+	                             "}\n";
+	ck_assert_int_eq(fj_parse_module(ctx, mm_src, strlen(mm_src), "mm.fj", &m2), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m2, fj_named_pipeline("default"), NULL), FJ_OK);
+	g2 = fj_module_find_graph(m2, "mm");
+	t4 = now_us();
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g2, 0, "sm_80", &k2, &hit), FJ_OK);
+	t5 = now_us();
+	ck_assert_int_eq(k2->nvariants, 2);
+	ck_assert_str_eq(k2->entry[1], "fj_mm_k0_simt");
+	ck_assert_ptr_nonnull(strstr(k2->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+	fprintf(stderr, "f16 matmul region -> PTX (mma + simt), cold: %.2f ms\n", (t5 - t4) / 1e3);
+	fj_module_destroy(m2);
 	ck_assert_msg(best < 2000, "a cache hit took %.1f us", best);
 	fj_module_destroy(m);
 	fj_context_destroy(ctx);
 }
 END_TEST
 
+
+/* ---- launch plans: tensor cores, split reductions ---- */
+
+static int64_t static_dim(void *ud, fj_dim d)
+{
+	(void)ud;
+	ck_assert(fj_dim_is_static(d));
+	return d;
+}
+
+/* Fuses src (one region) and plans it with static sizes. */
+static void plan_of(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
+{
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, src, strlen(src), "plan.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	fj_graph *g = m->graphs[0];
+	ck_assert_uint_eq(g->nnodes, 1);
+	ck_assert_int_eq(fj_nvptx_plan_region(NULL, g, 0, static_dim, NULL, true, plan), FJ_OK);
+	fj_module_destroy(m);
+}
+
+START_TEST(test_plans)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_plan p;
+	/* the bias gradient: 128 tiles of 32 columns, 8192 rows -> 8 chunks */
+	plan_of(ctx, "graph @g(%x: f32[8192,4096]) {\n  %s = aten.sum(%x) {dims=[0]}\n  return %s\n}\n", &p);
+	ck_assert_int_eq(p.n, 1);
+	ck_assert_int_eq(p.launch[0].variant, 4);
+	ck_assert_uint_eq(p.launch[0].grid, 128 * 8);
+	ck_assert_uint_eq(p.launch[0].block, 256);
+	ck_assert_uint_eq(p.workspace, 128 * 4 + 3 * 128 * 8 * 32 * 8);
+	/* short columns: no split, no workspace */
+	plan_of(ctx, "graph @g(%x: f32[64,4096]) {\n  %s = aten.sum(%x) {dims=[0]}\n  return %s\n}\n", &p);
+	ck_assert_int_eq(p.launch[0].variant, 3);
+	ck_assert_uint_eq(p.workspace, 0);
+	/* many columns fill the GPU without splitting */
+	plan_of(ctx, "graph @g(%x: f32[8192,65536]) {\n  %s = aten.sum(%x) {dims=[0]}\n  return %s\n}\n", &p);
+	ck_assert_int_eq(p.launch[0].variant, 3);
+	/* f16 matmul: tensor cores, 64x64 tiles of 4 warps */
+	plan_of(ctx, "graph @g(%a: f16[500,256], %b: f16[256,130]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n", &p);
+	ck_assert_int_eq(p.launch[0].variant, 0);
+	ck_assert_uint_eq(p.launch[0].block, 128);
+	ck_assert_uint_eq(p.launch[0].grid, 8 * 3);
+	/* forced SIMT ("bpr"): the second entry, 16x16 tiles */
+	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
+	plan_of(ctx, "graph @g(%a: bf16[500,256], %b: bf16[256,130]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n", &p);
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	ck_assert_int_eq(p.launch[0].variant, 1);
+	ck_assert_uint_eq(p.launch[0].block, 256);
+	/* f32: the SIMT kernel only */
+	plan_of(ctx, "graph @g(%a: f32[500,256], %b: f32[256,130]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n", &p);
+	ck_assert_int_eq(p.launch[0].variant, 0);
+	ck_assert_uint_eq(p.launch[0].block, 256);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* A split reduction chosen by the sizes (not forced), emulated twice on the
+ * same binding: the partials, the last-block merge and the epilogue, and the
+ * counters the last blocks re-zero for the next run. */
+START_TEST(test_emulated_split)
+{
+	static const char src[] = "graph @main(%x: f32[2048,40]) {\n"
+	                          "  %s = aten.sum(%x) {dims=[0]}\n"
+	                          "  %r = aten.mul(%s, 0.5)\n"
+	                          "  return %r\n"
+	                          "}\n";
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, src, strlen(src), "split.fj", &m), FJ_OK);
+	fj_graph *g = fj_module_find_graph(m, "main");
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_rt_nvprog *p = NULL;
+	ck_assert_int_eq(fj_rt_nvptx_create_on(ctx, g, &dev, &p), FJ_OK);
+	fj_rt_tensor x = {0}, out = {0};
+	int64_t dims[2] = {2048, 40};
+	ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, dims), FJ_OK);
+	float *xd = x.data;
+	double want[40] = {0};
+	for (int64_t i = 0; i < 2048 * 40; i++) {
+		xd[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+		want[i % 40] += xd[i];
+	}
+	const fj_rt_tensor *in[1] = {&x};
+	ck_assert_int_eq(fj_rt_nvptx_bind(p, in, NULL, NULL, 0), FJ_OK);
+	for (int run = 0; run < 2; run++) {
+		ck_assert_int_eq(fj_rt_nvptx_run(p, in, &out), FJ_OK);
+		const float *od = out.data;
+		for (int c = 0; c < 40; c++)
+			ck_assert_msg(fabs(od[c] - 0.5 * want[c]) <= 1e-4 * (1 + fabs(want[c])), "run %d column %d: %g, want %g",
+			              run, c, od[c], 0.5 * want[c]);
+	}
+	fj_rt_tensor_free(&x);
+	fj_rt_tensor_free(&out);
+	fj_rt_nvptx_destroy(p);
+	fj_nvptx_emu_destroy(emu);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
 
 /* ---- every golden case on the GPU templates, emulated on the host ---- */
 
@@ -362,8 +488,9 @@ static char *emu_case(fj_nvptx_emu *emu, fj_context *ctx, const char *dir)
 	return why;
 }
 
-/* Whether a case's graph has ops that make reduction or transpose regions. */
-static bool has_reduction_or_layout(const char *dir)
+/* Whether a case's graph has ops that make reduction or transpose regions
+ * (and, with matmul, matmul regions: "bpr" forces their SIMT kernel). */
+static bool has_variants(const char *dir, bool matmul)
 {
 	char path[1600];
 	snprintf(path, sizeof path, "%s/graph.fj", dir);
@@ -376,8 +503,12 @@ static bool has_reduction_or_layout(const char *dir)
 	buf[n] = 0;
 	static const char *const pats[] = {"sum", "mean", "amax", "amin", "prod", "var", "softmax", "norm",
 	                                   "logsumexp", "argm", "nll_loss", "permute", "transpose", "aten.t("};
+	static const char *const mm_pats[] = {"aten.mm(", "bmm", "matmul", "linear", "addmm"};
 	for (size_t i = 0; i < FJ_ARRAY_LEN(pats); i++)
 		if (strstr(buf, pats[i]))
+			return true;
+	for (size_t i = 0; matmul && i < FJ_ARRAY_LEN(mm_pats); i++)
+		if (strstr(buf, mm_pats[i]))
 			return true;
 	return false;
 }
@@ -398,20 +529,24 @@ START_TEST(test_emulated_goldens)
 			names[n++] = strdup(de->d_name);
 	closedir(d);
 	qsort(names, n, sizeof *names, cmp_name);
-	const char *only = getenv("FJ_EMU_CASE");
+	const char *only = getenv("FJ_EMU_CASE");     /* one case */
+	const char *only_mode = getenv("FJ_EMU_MODE"); /* one mode ("default", "split" ...) */
 	fj_context *ctx = fj_context_create(NULL, NULL);
 	fj_nvptx_emu *emu = NULL;
 	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
 	int pass = 0, fail = 0, skip = 0;
 	double t0 = now_us();
 	/* the sizes pick the variants (small goldens: mostly a thread per row,
-	 * 16-byte vectors); then force the others: a block per row with scalar
-	 * pointwise, rows in registers, column tiles */
-	static const char *const modes[] = {NULL, "bpr", "reg", "col"};
+	 * 16-byte vectors, tensor cores for f16/bf16 matmuls); then force the
+	 * others: a block per row with scalar pointwise and SIMT matmuls, rows
+	 * in registers, column tiles, reductions split across blocks */
+	static const char *const modes[] = {NULL, "bpr", "reg", "col", "split"};
 	/* FJ_TEST_QUICK (the sanitizer build of CI): the variants the sizes pick */
 	size_t nmodes = getenv("FJ_TEST_QUICK") ? 1 : FJ_ARRAY_LEN(modes);
 	for (size_t mi = 0; mi < nmodes; mi++)
 	for (size_t i = 0; i < n; i++) {
+		if (only_mode && strcmp(only_mode, modes[mi] ? modes[mi] : "default") != 0)
+			continue;
 		if (modes[mi])
 			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
 		else
@@ -427,7 +562,7 @@ START_TEST(test_emulated_goldens)
 			skip++;
 			continue;
 		}
-		if (modes[mi] && !has_reduction_or_layout(dir))
+		if (modes[mi] && !has_variants(dir, strcmp(modes[mi], "bpr") == 0))
 			continue; /* the forced variants only differ for these */
 		/* each forced variant on a third of the cases (a different third
 		 * each), all of them with FJ_TEST_FULL=1: CI's time is bounded */
@@ -446,12 +581,188 @@ START_TEST(test_emulated_goldens)
 	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
-	fprintf(stderr, "emulated nvptx goldens (4 variant modes): %d passed, %d failed, %d skipped (%.1f s)\n", pass,
-	        fail, skip,
+	fprintf(stderr, "emulated nvptx goldens (%zu variant modes): %d passed, %d failed, %d skipped (%.1f s)\n",
+	        nmodes, pass, fail, skip,
 	        (now_us() - t0) / 1e6);
 	fj_nvptx_emu_destroy(emu);
 	fj_context_destroy(ctx);
 	ck_assert_int_eq(fail, 0);
+}
+END_TEST
+
+/* ---- sizes no operand or result carries (the region's extra symbols) ---- */
+
+/* Three regions that read symbolic sizes only through their dims array's
+ * extra entries (codegen/region.h): var's VJP counting [N,16], mean's
+ * counting [N,M] (two symbols, passed in name order), and a count of a
+ * prims.full [N] whose N comes from --dim alone. */
+static const char xsym_src[] =
+	"graph @var.bw(%x: f32[N,16], %mean: f32[], %tangent_0: f32[]) {\n"
+	"  %0 = prims.full() {shape=[N,16], value=1.0, dtype=f32}\n"
+	"  %1 = prims.sum(%0) {dims=[0,1]}\n"
+	"  %2 = prims.full() {shape=[], value=-1.0, dtype=f32}\n"
+	"  %3 = prims.add(%1, %2)\n"
+	"  %4 = prims.full() {shape=[], value=2.0, dtype=f32}\n"
+	"  %5 = prims.mul(%tangent_0, %4)\n"
+	"  %6 = prims.div(%5, %3)\n"
+	"  %7 = prims.broadcast_in_dim(%mean) {shape=[N,16], broadcast_dims=[]}\n"
+	"  %8 = prims.sub(%x, %7)\n"
+	"  %9 = prims.broadcast_in_dim(%6) {shape=[N,16], broadcast_dims=[]}\n"
+	"  %grad_x = prims.mul(%9, %8)\n"
+	"  return %grad_x\n"
+	"}\n"
+	"graph @mean_all.bw(%x: f32[N,M], %tangent_0: f32[]) {\n"
+	"  %0 = prims.full() {shape=[N,M], value=1.0, dtype=f32}\n"
+	"  %1 = prims.sum(%0) {dims=[0,1]}\n"
+	"  %2 = prims.div(%tangent_0, %1)\n"
+	"  %3 = prims.broadcast_in_dim(%2) {shape=[N,M], broadcast_dims=[]}\n"
+	"  %grad_x = prims.mul(%3, %x)\n"
+	"  return %grad_x\n"
+	"}\n"
+	"graph @count(%x: f32[4]) {\n"
+	"  %ones = prims.full() {shape=[N], value=1.0, dtype=f32}\n"
+	"  %n = prims.sum(%ones) {dims=[0]}\n"
+	"  %nb = prims.broadcast_in_dim(%n) {shape=[4], broadcast_dims=[]}\n"
+	"  %y = prims.mul(%x, %nb)\n"
+	"  return %y\n"
+	"}\n";
+
+/* The size the tests give symbol s: N = 7, M = 5, others 4. */
+static int64_t xsym_value(const fj_module *m, uint32_t s)
+{
+	const char *name = fj_symbol_name(m, s);
+	return strcmp(name, "N") == 0 ? 7 : strcmp(name, "M") == 0 ? 5 : 4;
+}
+
+/* Allocates and fills (deterministic values in [-1, 1.5)) an input for
+ * every parameter of g, its sizes evaluated with xsym_value. */
+static void xsym_inputs(fj_context *ctx, const fj_graph *g, fj_rt_tensor *in, const fj_rt_tensor **inp)
+{
+	for (uint32_t i = 0; i < g->nparams; i++) {
+		const fj_type *t = &g->values[g->params[i]].type;
+		int64_t dims[FJ_MAX_RANK];
+		for (int d = 0; d < t->rank; d++) {
+			dims[d] = t->dims[d];
+			if (fj_dim_is_static(t->dims[d]))
+				continue;
+			const fj_symexpr *e = fj_dim_expr(g->module, t->dims[d]);
+			dims[d] = e->coef;
+			for (uint32_t k = 0; k < e->nsyms; k++)
+				dims[d] *= xsym_value(g->module, e->syms[k]);
+		}
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &in[i], t->dtype, t->rank, dims), FJ_OK);
+		int64_t ne = 1;
+		for (int d = 0; d < t->rank; d++)
+			ne *= dims[d];
+		for (int64_t k = 0; k < ne; k++)
+			fj_rt_store_f64(in[i].data, t->dtype, k, (double)((k * 7 + i * 3) % 11) * 0.25 - 1.0);
+		inp[i] = &in[i];
+	}
+}
+
+/* Runs graph g on the emulated GPU and on the aten reference (inputs from
+ * xsym_inputs, other sizes bound by dims); asserts that they agree. */
+static void xsym_case(fj_nvptx_emu *emu, fj_context *ctx, const fj_graph *g, const fj_rt_dimarg *dims, size_t ndims)
+{
+	enum { MAXIN = 64, MAXOUT = 64 };
+	fj_rt_tensor in[MAXIN] = {0}, out[MAXOUT] = {0}, ref[MAXOUT] = {0};
+	const fj_rt_tensor *inp[MAXIN];
+	ck_assert_uint_le(g->nparams, MAXIN);
+	ck_assert_uint_le(g->nresults, MAXOUT);
+	xsym_inputs(ctx, g, in, inp);
+	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_rt_nvprog *p = NULL;
+	fj_status st = fj_rt_nvptx_create_on(ctx, g, &dev, &p);
+	if (st == FJ_OK)
+		st = fj_rt_nvptx_bind(p, inp, NULL, dims, ndims);
+	if (st == FJ_OK)
+		st = fj_rt_nvptx_run(p, inp, out);
+	ck_assert_msg(st == FJ_OK, "@%s on the emulated GPU: %s", g->name, fj_context_error(ctx));
+	fj_rt_nvptx_destroy(p);
+	fj_rt_program *rp = NULL;
+	ck_assert_int_eq(fj_rt_program_create(ctx, (fj_graph *)g, FJ_RT_EXEC_ATEN, &rp), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_bind(rp, inp, NULL, dims, ndims), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_run(rp, inp, ref), FJ_OK);
+	fj_rt_program_destroy(rp);
+	for (uint32_t k = 0; k < g->nresults; k++) {
+		bool placed = true;
+		ck_assert(fj_rt_tensor_same_type(&out[k], &ref[k]));
+		double err = fj_rt_rel_l2(&out[k], &ref[k], &placed);
+		ck_assert_msg(placed && err <= fj_rt_tolerance(ref[k].dtype), "@%s output %u: rel_err %g", g->name, k, err);
+		fj_rt_tensor_free(&out[k]);
+		fj_rt_tensor_free(&ref[k]);
+	}
+	for (uint32_t i = 0; i < g->nparams; i++)
+		fj_rt_tensor_free(&in[i]);
+}
+
+/* The backward of golden case `name` (the train pipeline up to partition). */
+static fj_module *golden_bw(fj_context *ctx, const char *name, fj_graph **bw)
+{
+	char path[1200];
+	snprintf(path, sizeof path, "%s/golden/cases/%s/graph.fj", fj_test_data_dir(), name);
+	fj_module *m = NULL;
+	ck_assert_msg(fj_parse_file(ctx, path, &m) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition",
+	                                 NULL),
+	                 FJ_OK);
+	*bw = fj_module_find_graph(m, "main.bw");
+	ck_assert_ptr_nonnull(*bw);
+	return m;
+}
+
+START_TEST(test_emulated_extra_syms)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, xsym_src, strlen(xsym_src), "xsym.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_verify_module(m), FJ_OK);
+	/* the fused first kernel of @mean_all.bw: M, then N (by name, not by id) */
+	fj_module *fm = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, xsym_src, strlen(xsym_src), "xsym.fj", &fm), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(fm, "fuse,schedule", NULL), FJ_OK);
+	fj_graph *fg = fj_module_find_graph(fm, "mean_all.bw");
+	uint32_t xs[8], nx = 0;
+	ck_assert_uint_le(fj_symbol_count(fm), 8);
+	ck_assert_int_eq(fj_rg_extra_syms(ctx, fg, 0, xs, &nx), FJ_OK);
+	ck_assert_uint_eq(nx, 2);
+	ck_assert_str_eq(fj_symbol_name(fm, xs[0]), "M");
+	ck_assert_str_eq(fj_symbol_name(fm, xs[1]), "N");
+	ck_assert_int_eq(fj_rg_extra_syms(ctx, fg, 1, xs, &nx), FJ_OK);
+	ck_assert_uint_eq(nx, 0);
+	fj_module_destroy(fm);
+	/* the backward graphs of the reduce goldens (var over N among them) */
+	static const char *const cases[] = {"reduce_f32", "reduce_f64", "reduce_f16", "reduce_bf16"};
+	fj_module *gm[FJ_ARRAY_LEN(cases)];
+	fj_graph *gbw[FJ_ARRAY_LEN(cases)];
+	for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++)
+		gm[c] = golden_bw(ctx, cases[c], &gbw[c]);
+
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	/* every variant mode; each golden backward in the default mode and in
+	 * one forced mode (each mode gets one): CI's time is bounded */
+	static const char *const modes[] = {NULL, "bpr", "reg", "col", "split"};
+	size_t nmodes = getenv("FJ_TEST_QUICK") ? 1 : FJ_ARRAY_LEN(modes);
+	for (size_t mi = 0; mi < nmodes; mi++) {
+		if (modes[mi])
+			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
+		else
+			unsetenv("FUSEJIT_NVPTX_VARIANTS");
+		xsym_case(emu, ctx, fj_module_find_graph(m, "var.bw"), NULL, 0);
+		xsym_case(emu, ctx, fj_module_find_graph(m, "mean_all.bw"), NULL, 0);
+		const fj_rt_dimarg n5 = {"N", 5};
+		xsym_case(emu, ctx, fj_module_find_graph(m, "count"), &n5, 1);
+		for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++)
+			if (mi == 0 || mi == 1 + c % (FJ_ARRAY_LEN(modes) - 1))
+				xsym_case(emu, ctx, gbw[c], NULL, 0);
+	}
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_emu_destroy(emu);
+	for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++)
+		fj_module_destroy(gm[c]);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
 }
 END_TEST
 
@@ -467,10 +778,13 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_libdevice_lazy);
 	tcase_add_test(tc, test_fallback_math);
 	tcase_add_test(tc, test_compile_times);
+	tcase_add_test(tc, test_plans);
 	suite_add_tcase(s, tc);
 	TCase *te = tcase_create("emulated");
 	tcase_set_timeout(te, 600);
+	tcase_add_test(te, test_emulated_split);
 	tcase_add_test(te, test_emulated_goldens);
+	tcase_add_test(te, test_emulated_extra_syms);
 	suite_add_tcase(s, te);
 	return s;
 }
