@@ -316,6 +316,28 @@ START_TEST(matmul)
 	CASE(.src = "graph @f(%a: f32[3,5,300], %b: f32[3,300,7]) {\n  %c = aten.bmm(%a, %b)\n  return %c\n}\n",
 	     .sched = "matmul");
 	CASE(.src = "graph @f(%a: f32[1,1], %b: f32[1,1]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n");
+	/* the packed template (codegen/region_matmul.c): partial micro-panels
+	 * and tiles, K over one K block with a remainder, two results (the
+	 * product and its epilogue), transposed operands (the packing loop
+	 * orders), f16/f64, K = 0, and tiles split over many calls */
+	CASE(.src = "graph @f(%a: f32[37,300], %b: f32[300,45], %c: f32[45]) {\n  %m = aten.mm(%a, %b)\n"
+	            "  %d = aten.add(%m, %c)\n  %y = aten.relu(%d)\n  return %y, %m\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%x: f32[300,70], %dy: f32[300,50]) {\n  %t = aten.transpose(%x) {dim0=0, dim1=1}\n"
+	            "  %w = aten.mm(%t, %dy)\n  return %w\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%x: f16[2,300,37], %y: f16[2,50,300]) {\n  %a = aten.transpose(%x) {dim0=1, dim1=2}\n"
+	            "  %b = aten.transpose(%y) {dim0=1, dim1=2}\n  %c = aten.bmm(%a, %b)\n  return %c\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%a: f64[50,700], %b: f64[700,40]) {\n  %c = aten.mm(%a, %b)\n  %t = aten.tanh(%c)\n"
+	            "  return %t\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%a: f32[2,3,0], %b: f32[2,0,5]) {\n  %c = aten.bmm(%a, %b)\n  %d = aten.add(%c, 1.0)\n"
+	            "  return %d\n}\n");
+	CASE(.src = "graph @f(%a: bf16[65,257], %w: bf16[129,257]) {\n  %c = aten.linear(%a, %w, none)\n  return %c\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%a: f32[4,200,520], %b: f32[4,520,300]) {\n  %c = aten.bmm(%a, %b)\n  return %c\n}\n",
+	     .sched = "matmul");
 }
 END_TEST
 
