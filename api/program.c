@@ -18,16 +18,30 @@
  * Outputs are written in place when the caller's buffer is dense and aligned,
  * else computed into a temporary and copied out with the caller's strides;
  * outputs without data are allocated (fj_rt_aligned_alloc) and handed over
- * with FJ_TENSOR_OWNED. */
+ * with FJ_TENSOR_OWNED.
+ *
+ * nvptx: an instance holds two runtime programs: the nvptx one that runs
+ * (runtime/program_nvptx.h, on the CUDA driver's primary context, or on the
+ * host emulator with FUSEJIT_NVPTX_DEVICE=emulator) and an aten one that only
+ * binds, checking every node's shapes on the concrete sizes (the nvptx bind
+ * does not re-run inference), as fusejit-run --executor=nvptx does. CUDA
+ * tensors (device pointers) are used in place: inputs are not uploaded and
+ * outputs are written by the kernels directly (fj_rt_nvptx_run_dev); they
+ * must be dense (strided ones are refused: no copy kernel yet). Host tensors
+ * are uploaded and downloaded. Outputs fusejit allocates are host memory,
+ * and so are a training program's saved values (the backward uploads them). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
+#include "backend_nvptx/cuda.h"
+#include "backend_nvptx/emu.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/program.h"
+#include "runtime/program_nvptx.h"
 
 _Static_assert(FJ_MAX_DIMS == FJ_MAX_RANK, "public and internal ranks agree");
 _Static_assert((int)FJ_TYPE_F64 == (int)FJ_DT_F64 && (int)FJ_TYPE_BF16 == (int)FJ_DT_BF16 &&
@@ -39,7 +53,8 @@ _Static_assert((int)FJ_TYPE_F64 == (int)FJ_DT_F64 && (int)FJ_TYPE_BF16 == (int)F
 #define BSTRIDE (FJ_MAX_RANK + 1)
 
 typedef struct inst {
-	fj_rt_program *rt;
+	fj_rt_program *rt;  /* host/aten: runs; nvptx: binds and checks shapes only */
+	fj_rt_nvprog *nv;   /* nvptx: runs */
 	bool bound;
 	int64_t *bdims; /* nparams * BSTRIDE: the input sizes, then dtype and rank, it was bound with */
 	struct inst *next;
@@ -55,9 +70,11 @@ struct fj_program {
 	fj_context *ctx;
 	fj_module *m;
 	fj_executor ex;
-	fj_rt_executor rex;
+	fj_rt_executor rex;   /* nvptx: the shape checker's executor */
+	fj_nvptx_emu *emu;    /* nvptx on the host emulator (a testing aid), else NULL: CUDA */
 	bool training;
 	pthread_mutex_t lock; /* guards the instance pools */
+	pthread_mutex_t emu_lock; /* the emulator: one run at a time (its kernels' shared memory is global) */
 	part main;            /* inference: the graph; training: the forward */
 	part bw;              /* training: the backward */
 	uint32_t nout;        /* outputs the caller sees */
@@ -102,6 +119,65 @@ static bool valid_target(const char *t)
 		if (strcmp(t, ok[i]) == 0)
 			return true;
 	return false;
+}
+
+/* ---- the nvptx device ---- */
+
+/* Records why the nvptx executor cannot run here, as the driver's own
+ * sentence ("no CUDA driver: libcuda.so.1 not found (...)") behind the
+ * executor's name, and returns its status (FJ_ERR_DRIVER). The driver is
+ * opened again on a scratch context: fj_cu_usable records nothing. */
+static fj_status no_cuda(fj_context *ctx)
+{
+	fj_context *scratch = fj_context_create(NULL, NULL);
+	fj_cu *cu = NULL;
+	if (scratch)
+		fj_cu_open(scratch, NULL, &cu);
+	bool failed = cu && cu->init_status != FJ_OK;
+	fj_status st = fj_error_status(ctx, failed ? cu->init_status : FJ_ERR_DRIVER, (fj_loc){0},
+	                               "the nvptx executor needs a CUDA driver and a GPU: %s",
+	                               failed ? cu->init_error : "the CUDA driver could not be opened");
+	fj_cu_driver_free(cu);
+	fj_context_destroy(scratch);
+	return st;
+}
+
+/* The device nvptx programs run on: the CUDA driver (*emu NULL), or, when
+ * FUSEJIT_NVPTX_DEVICE=emulator, a new host emulator (backend_nvptx/emu.h),
+ * a testing aid for machines with no GPU: slow, and not a GPU (auto never
+ * picks nvptx because of it). */
+static fj_status nvptx_device(fj_context *ctx, fj_nvptx_emu **emu)
+{
+	*emu = NULL;
+	const char *env = getenv("FUSEJIT_NVPTX_DEVICE");
+	if (env && strcmp(env, "emulator") == 0)
+		return fj_nvptx_emu_create(ctx, emu);
+	if (env && *env && strcmp(env, "cuda") != 0)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "FUSEJIT_NVPTX_DEVICE=%s: expected cuda (the default) or emulator", env);
+	return fj_cu_usable(ctx) ? FJ_OK : no_cuda(ctx);
+}
+
+static bool has_regions(const fj_graph *g)
+{
+	for (uint32_t k = 0; k < g->nnodes; k++)
+		if (g->nodes[k].op == FJ_OP_FUSION_KERNEL)
+			return true;
+	return false;
+}
+
+/* The kernels are compiled for the GPU's own architecture (or
+ * FUSEJIT_NVPTX_TARGET's): a target option naming another one is refused
+ * rather than ignored. The emulator has no architecture: any target goes. */
+static fj_status check_nvptx_target(fj_program *p, const char *target)
+{
+	const char *sm = fj_rt_nvptx_target(p->main.idle->nv);
+	if (!target || p->emu || strcmp(target, sm) == 0)
+		return FJ_OK;
+	return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+	                       "target %s: the nvptx executor compiles for the GPU's architecture, %s, here (leave "
+	                       "target NULL, or set FUSEJIT_NVPTX_TARGET)",
+	                       target, sm);
 }
 
 /* ---- value infos ---- */
@@ -179,6 +255,12 @@ static void free_pool(fj_program *p, part *pt)
 {
 	for (inst *i = pt->idle, *next; i; i = next) {
 		next = i->next;
+		/* the driver's allocator takes the buffers back: under its lock */
+		bool held = false;
+		if (i->nv)
+			fj_rt_nvptx_enter(i->nv, &held);
+		fj_rt_nvptx_destroy(i->nv);
+		fj_rt_nvptx_leave(p->ctx, held);
 		fj_rt_program_destroy(i->rt);
 		fj_free(p->ctx, i->bdims, (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims);
 		fj_free(p->ctx, i, sizeof *i);
@@ -199,8 +281,19 @@ void fj_program_destroy(fj_program *p)
 		if (p->info[r])
 			fj_free(ctx, p->info[r], (p->ninfo[r] ? p->ninfo[r] : 1) * sizeof(fj_value_info));
 	fj_module_destroy(p->m);
+	fj_nvptx_emu_destroy(p->emu); /* after the instances: their kernels live in it */
 	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->emu_lock);
 	fj_free(ctx, p, sizeof *p);
+}
+
+/* The nvptx program of graph g on the program's device. */
+static fj_status create_nv(fj_program *p, const fj_graph *g, fj_rt_nvprog **out)
+{
+	if (!p->emu)
+		return fj_rt_nvptx_create(p->ctx, g, out);
+	fj_rt_gpu_dev dev = fj_nvptx_emu_device(p->emu);
+	return fj_rt_nvptx_create_on(p->ctx, g, &dev, out);
 }
 
 static fj_status new_inst(fj_program *p, part *pt, inst **out)
@@ -213,7 +306,10 @@ static fj_status new_inst(fj_program *p, part *pt, inst **out)
 	size_t nb = (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims;
 	i->bdims = fj_alloc(ctx, nb);
 	fj_status st = i->bdims ? fj_rt_program_create(ctx, pt->g, p->rex, &i->rt) : oom(ctx);
+	if (st == FJ_OK && p->ex == FJ_EXECUTOR_NVPTX)
+		st = create_nv(p, pt->g, &i->nv);
 	if (st != FJ_OK) {
+		fj_rt_program_destroy(i->rt);
 		if (i->bdims)
 			fj_free(ctx, i->bdims, nb);
 		fj_free(ctx, i, sizeof *i);
@@ -243,41 +339,58 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	fj_rt_executor rex;
 	fj_executor ex = opts.executor;
 	switch (ex) {
-	case FJ_EXECUTOR_AUTO: /* nvptx when a CUDA driver and a GPU are present; not in this build */
-	case FJ_EXECUTOR_HOST: ex = FJ_EXECUTOR_HOST; rex = FJ_RT_EXEC_HOST; break;
+	case FJ_EXECUTOR_AUTO: /* IR.md §5: nvptx when a CUDA driver and a GPU are usable (the emulator is not a GPU) */
+		ex = fj_cu_usable(ctx) ? FJ_EXECUTOR_NVPTX : FJ_EXECUTOR_HOST;
+		rex = ex == FJ_EXECUTOR_NVPTX ? FJ_RT_EXEC_ATEN : FJ_RT_EXEC_HOST;
+		break;
+	case FJ_EXECUTOR_HOST: rex = FJ_RT_EXEC_HOST; break;
 	case FJ_EXECUTOR_ATEN: rex = FJ_RT_EXEC_ATEN; break;
-	case FJ_EXECUTOR_NVPTX:
-		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
-		                       "the nvptx executor is not yet available in this build");
+	case FJ_EXECUTOR_NVPTX: rex = FJ_RT_EXEC_ATEN; break;
 	default: return fj_api_arg_error(ctx, "fj_compile", "unknown executor");
 	}
-	if (opts.target && !valid_target(opts.target))
+	fj_nvptx_emu *emu = NULL;
+	if (ex == FJ_EXECUTOR_NVPTX) {
+		fj_status dst = nvptx_device(ctx, &emu);
+		if (dst != FJ_OK)
+			return dst;
+	}
+	if (opts.target && !valid_target(opts.target)) {
+		fj_nvptx_emu_destroy(emu);
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
 		                       "unknown target '%s' (expected sm_80, sm_86, sm_89, sm_90 or sm_90a)", opts.target);
+	}
 	/* the graph */
 	const fj_graph *g0 = NULL;
 	if (opts.graph) {
 		const char *name = opts.graph[0] == '@' ? opts.graph + 1 : opts.graph;
 		g0 = fj_module_find_graph(m, name);
-		if (!g0)
+		if (!g0) {
+			fj_nvptx_emu_destroy(emu);
 			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the module has no graph named @%s", name);
+		}
 	} else {
-		if (!m->ngraphs)
+		if (!m->ngraphs) {
+			fj_nvptx_emu_destroy(emu);
 			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "no graph to compile (the module is empty)");
+		}
 		g0 = fj_module_find_graph(m, "main");
 		if (!g0)
 			g0 = m->graphs[0];
 	}
 	/* the program's own copy */
 	fj_program *p = fj_alloc(ctx, sizeof *p);
-	if (!p)
+	if (!p) {
+		fj_nvptx_emu_destroy(emu);
 		return oom(ctx);
+	}
 	memset(p, 0, sizeof *p);
 	p->ctx = ctx;
 	p->ex = ex;
 	p->rex = rex;
+	p->emu = emu;
 	p->training = opts.training != 0;
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->emu_lock, NULL);
 	fj_buf b;
 	fj_buf_init(&b, ctx);
 	fj_status st = fj_print_graph(&b, g0);
@@ -329,6 +442,10 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	 * the primals in order; the original graph, when the pipeline kept it, has
 	 * the annotations */
 	st = make_infos(p, orig ? orig : p->main.g);
+	/* nvptx: the shape checker is aten, which runs unfused graphs only; a
+	 * pipeline that fused the graph already needs the host executor's bind */
+	if (ex == FJ_EXECUTOR_NVPTX && (has_regions(p->main.g) || (p->bw.g && has_regions(p->bw.g))))
+		p->rex = FJ_RT_EXEC_HOST;
 	/* compile: one instance per graph now, so that errors show at compile time */
 	inst *i = NULL;
 	if (st == FJ_OK && (st = new_inst(p, &p->main, &i)) == FJ_OK) {
@@ -341,6 +458,8 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 		p->bw.idle = i;
 		p->bw.ninst++;
 	}
+	if (st == FJ_OK && ex == FJ_EXECUTOR_NVPTX)
+		st = check_nvptx_target(p, opts.target);
 	if (st != FJ_OK) {
 		fj_program_destroy(p);
 		return st;
@@ -424,8 +543,41 @@ static void strided_copy(const fj_tensor *t, void *dense, size_t es, int64_t n, 
 
 static char empty_byte[FJ_RT_ALIGN] __attribute__((aligned(FJ_RT_ALIGN)));
 
-static fj_status check_desc(fj_context *ctx, const fj_tensor *t, const char *what, size_t i, bool output)
+static const char *const role_word[NROLES] = {"input", "output", "saved value", "tangent", "gradient"};
+
+/* Where a tensor may live: host memory always; CUDA device memory for an
+ * nvptx program only, dense (no copy kernel makes strided device tensors
+ * contiguous yet) and on device 0 (the driver's primary context). */
+static fj_status check_device(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i)
 {
+	fj_context *ctx = p->ctx;
+	const char *what = role_word[role], *name = p->info[role][i].name;
+	if (t->device == FJ_DEVICE_HOST)
+		return FJ_OK;
+	if (t->device != FJ_DEVICE_CUDA)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu (%%%s): unknown device %d", what, i, name,
+		                       (int)t->device);
+	if (p->ex != FJ_EXECUTOR_NVPTX)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "%s %zu (%%%s) is in CUDA device memory, which only the nvptx executor takes; this "
+		                       "program runs on %s (pass host memory, or compile with FJ_EXECUTOR_NVPTX)",
+		                       what, i, name, p->ex == FJ_EXECUTOR_ATEN ? "aten" : "host");
+	if (t->device_index != 0)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "%s %zu (%%%s) is on CUDA device %d: the nvptx executor runs on device 0 only", what,
+		                       i, name, (int)t->device_index);
+	if (t->data && !is_dense(t))
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "%s %zu (%%%s): a strided or misaligned CUDA tensor; the nvptx executor takes "
+		                       "dense row-major device memory only (make it contiguous first)",
+		                       what, i, name);
+	return FJ_OK;
+}
+
+static fj_status check_desc(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i, bool output)
+{
+	fj_context *ctx = p->ctx;
+	const char *what = role_word[role];
 	if (!t)
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: NULL descriptor", what, i);
 	if (output && !t->data)
@@ -439,26 +591,25 @@ static fj_status check_desc(fj_context *ctx, const fj_tensor *t, const char *wha
 		if (t->sizes[k] < 0)
 			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: negative size %lld", what, i,
 			                       (long long)t->sizes[k]);
-	if (t->device != FJ_DEVICE_HOST)
-		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
-		                       "%s %zu: CUDA device memory needs the nvptx executor, which is not available in "
-		                       "this build",
-		                       what, i);
 	int64_t n;
 	if (!numel_of(t->sizes, t->rank, &n))
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: size overflows", what, i);
 	if (n > 0 && !t->data)
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s %zu: data is NULL", what, i);
-	return FJ_OK;
+	return check_device(p, t, role, i);
 }
 
 /* An input descriptor as a runtime tensor; *tmp receives a dense copy when
- * one was needed (free with fj_rt_aligned_free). */
-static fj_status input_tensor(fj_context *ctx, const fj_tensor *t, size_t i, const char *what, fj_rt_tensor *rt,
-                              void **tmp)
+ * one was needed (free with fj_rt_aligned_free), *dev the device address of
+ * a CUDA tensor (0 for host memory): rt->data is then that address too,
+ * never read on the host. */
+static fj_status input_tensor(const fj_program *p, const fj_tensor *t, size_t i, fj_value_role role, fj_rt_tensor *rt,
+                              void **tmp, uint64_t *dev)
 {
+	fj_context *ctx = p->ctx;
 	*tmp = NULL;
-	fj_status st = check_desc(ctx, t, what, i, false);
+	*dev = 0;
+	fj_status st = check_desc(p, t, role, i, false);
 	if (st != FJ_OK)
 		return st;
 	memset(rt, 0, sizeof *rt);
@@ -471,6 +622,9 @@ static fj_status input_tensor(fj_context *ctx, const fj_tensor *t, size_t i, con
 	rt->nbytes = rt->cap = (size_t)n * es;
 	if (n == 0) {
 		rt->data = empty_byte;
+	} else if (t->device == FJ_DEVICE_CUDA) { /* dense: check_device */
+		rt->data = t->data;
+		*dev = (uint64_t)(uintptr_t)t->data;
 	} else if (is_dense(t)) {
 		rt->data = t->data;
 	} else {
@@ -533,6 +687,8 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
 		return FJ_OK;
 	i->bound = false;
 	fj_status st = fj_rt_program_bind(i->rt, in, NULL, NULL, 0);
+	if (st == FJ_OK && i->nv) /* shapes checked: now the device buffers and launch plans */
+		st = fj_rt_nvptx_bind(i->nv, in, NULL, NULL, 0);
 	if (st != FJ_OK)
 		return st;
 	for (uint32_t k = 0; k < g->nparams; k++) {
@@ -543,8 +699,32 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
 	return FJ_OK;
 }
 
-/* Runs graph pt on in[0..nparams) into slots[0..nresults). */
-static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, out_slot *slots)
+/* nvptx: the device is shared by the runs of every thread (program_nvptx.h):
+ * enter it before a bind and a run, leave it after (only when entered);
+ * *held says whether the driver's lock is held. */
+static fj_status enter_device(fj_program *p, inst *i, bool *held)
+{
+	*held = false;
+	if (!i->nv)
+		return FJ_OK;
+	if (p->emu) {
+		pthread_mutex_lock(&p->emu_lock);
+		return FJ_OK;
+	}
+	return fj_rt_nvptx_enter(i->nv, held);
+}
+
+static void leave_device(fj_program *p, inst *i, bool held)
+{
+	if (i->nv && p->emu)
+		pthread_mutex_unlock(&p->emu_lock);
+	fj_rt_nvptx_leave(p->ctx, held);
+}
+
+/* Runs graph pt on in[0..nparams) into slots[0..nresults). in_dev[k] != 0:
+ * input k is a CUDA tensor at that address (nvptx only). */
+static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, const uint64_t *in_dev,
+                           out_slot *slots)
 {
 	fj_context *ctx = p->ctx;
 	const fj_graph *g = pt->g;
@@ -552,13 +732,24 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 	fj_status st = acquire(p, pt, &i);
 	if (st != FJ_OK)
 		return st;
+	bool held;
+	if ((st = enter_device(p, i, &held)) != FJ_OK) {
+		release(p, pt, i);
+		return st;
+	}
 	st = bind(i, g, in);
-	fj_rt_tensor *outs = NULL;
-	if (!(outs = fj_alloc(ctx, (g->nresults ? g->nresults : 1) * sizeof *outs))) {
+	size_t nr = g->nresults ? g->nresults : 1;
+	fj_rt_tensor *outs = fj_alloc(ctx, nr * sizeof *outs);
+	uint64_t *out_dev = fj_alloc(ctx, nr * sizeof *out_dev); /* CUDA outputs' addresses, 0: host */
+	if (!outs || !out_dev) {
+		fj_free(ctx, outs, nr * sizeof *outs);
+		fj_free(ctx, out_dev, nr * sizeof *out_dev);
+		leave_device(p, i, held);
 		release(p, pt, i);
 		return oom(ctx);
 	}
-	memset(outs, 0, (g->nresults ? g->nresults : 1) * sizeof *outs);
+	memset(outs, 0, nr * sizeof *outs);
+	memset(out_dev, 0, nr * sizeof *out_dev);
 	for (uint32_t k = 0; k < g->nresults; k++)
 		if (!slots[k].user)
 			outs[k] = slots[k].rt;
@@ -589,6 +780,10 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 			                     fj_dtype_name(val->type.dtype), exp);
 			break;
 		}
+		if (u->data && u->device == FJ_DEVICE_CUDA) { /* written on the device, in place */
+			out_dev[k] = (uint64_t)(uintptr_t)u->data;
+			continue;
+		}
 		if (u->data && (u->flags & FJ_TENSOR_OWNED || is_dense(u))) {
 			outs[k].data = u->data;
 			outs[k].dtype = val->type.dtype;
@@ -603,7 +798,8 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		}
 	}
 	if (st == FJ_OK)
-		st = fj_rt_program_run(i->rt, in, outs);
+		st = i->nv ? fj_rt_nvptx_run_dev(i->nv, in, in_dev, outs, out_dev) : fj_rt_program_run(i->rt, in, outs);
+	leave_device(p, i, held);
 	release(p, pt, i);
 	/* hand the results over */
 	for (uint32_t k = 0; outs && k < g->nresults; k++) {
@@ -634,19 +830,20 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		if (fresh)
 			fj_rt_aligned_free(outs[k].data);
 	}
-	if (outs)
-		fj_free(ctx, outs, (g->nresults ? g->nresults : 1) * sizeof *outs);
+	fj_free(ctx, outs, nr * sizeof *outs);
+	fj_free(ctx, out_dev, nr * sizeof *out_dev);
 	return st;
 }
 
 /* The per-run scratch of a graph's run: its inputs as runtime tensors (rin),
- * the pointers the program reads (pin), the converted copies to free (tmp)
- * and one slot per result. */
+ * the pointers the program reads (pin), the converted copies to free (tmp),
+ * the CUDA inputs' addresses (dev, 0: host) and one slot per result. */
 typedef struct run_scratch {
 	size_t np, nr;
 	fj_rt_tensor *rin;
 	const fj_rt_tensor **pin;
 	void **tmp;
+	uint64_t *dev;
 	out_slot *slots;
 } run_scratch;
 
@@ -657,10 +854,13 @@ static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *
 	r->rin = fj_alloc(ctx, r->np * sizeof *r->rin);
 	r->pin = fj_alloc(ctx, r->np * sizeof *r->pin);
 	r->tmp = fj_alloc(ctx, r->np * sizeof *r->tmp);
+	r->dev = fj_alloc(ctx, r->np * sizeof *r->dev);
 	r->slots = fj_alloc(ctx, r->nr * sizeof *r->slots);
-	fj_status st = r->rin && r->pin && r->tmp && r->slots ? FJ_OK : oom(ctx);
+	fj_status st = r->rin && r->pin && r->tmp && r->dev && r->slots ? FJ_OK : oom(ctx);
 	if (r->tmp)
 		memset(r->tmp, 0, r->np * sizeof *r->tmp);
+	if (r->dev)
+		memset(r->dev, 0, r->np * sizeof *r->dev);
 	if (r->slots)
 		memset(r->slots, 0, r->nr * sizeof *r->slots);
 	return st;
@@ -674,15 +874,17 @@ static void scratch_free(fj_context *ctx, run_scratch *r)
 	fj_free(ctx, r->rin, r->np * sizeof *r->rin);
 	fj_free(ctx, r->pin, r->np * sizeof *r->pin);
 	fj_free(ctx, r->tmp, r->np * sizeof *r->tmp);
+	fj_free(ctx, r->dev, r->np * sizeof *r->dev);
 	fj_free(ctx, r->slots, r->nr * sizeof *r->slots);
 }
 
-/* Converts inputs[0..n) into rin[off..off+n) (tmp: the copies to free). */
-static fj_status convert_inputs(fj_context *ctx, const fj_tensor *inputs, size_t n, const char *what,
-                                fj_rt_tensor *rin, void **tmp, size_t off)
+/* Converts inputs[0..n) (of role input or tangent) into r's entries
+ * off..off+n. */
+static fj_status convert_inputs(const fj_program *p, const fj_tensor *inputs, size_t n, fj_value_role role,
+                                run_scratch *r, size_t off)
 {
 	for (size_t k = 0; k < n; k++) {
-		fj_status st = input_tensor(ctx, &inputs[k], k, what, &rin[off + k], &tmp[off + k]);
+		fj_status st = input_tensor(p, &inputs[k], k, role, &r->rin[off + k], &r->tmp[off + k], &r->dev[off + k]);
 		if (st != FJ_OK)
 			return st;
 	}
@@ -701,7 +903,7 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "graph @%s returns %u outputs, room for %zu given",
 		                       g->name, p->nout, noutputs);
 	for (size_t k = 0; k < noutputs; k++) {
-		fj_status st = check_desc(ctx, &outputs[k], "output", k, true);
+		fj_status st = check_desc(p, &outputs[k], FJ_ROLE_OUTPUT, k, true);
 		if (st != FJ_OK)
 			return st;
 	}
@@ -709,13 +911,13 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 	fj_status st = scratch_alloc(ctx, g, &r);
 	out_slot *slots = r.slots;
 	if (st == FJ_OK)
-		st = convert_inputs(ctx, inputs, ninputs, "input", r.rin, r.tmp, 0);
+		st = convert_inputs(p, inputs, ninputs, FJ_ROLE_INPUT, &r, 0);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->main, r.pin, slots);
+		st = run_graph(p, &p->main, r.pin, r.dev, slots);
 	fj_saved *s = NULL;
 	if (st == FJ_OK && saved) {
 		s = fj_alloc(ctx, sizeof *s);
@@ -790,20 +992,20 @@ fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_ten
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
 		                       "the backward returns %u gradients, room for %zu given", g->nresults, ngrads);
 	for (size_t k = 0; k < ngrads; k++) {
-		fj_status st = check_desc(ctx, &grads[k], "gradient", k, true);
+		fj_status st = check_desc(p, &grads[k], FJ_ROLE_GRADIENT, k, true);
 		if (st != FJ_OK)
 			return st;
 	}
 	run_scratch r;
 	fj_status st = scratch_alloc(ctx, g, &r);
 	if (st == FJ_OK)
-		st = convert_inputs(ctx, tangents, nt, "tangent", r.rin, r.tmp, saved->n);
+		st = convert_inputs(p, tangents, nt, FJ_ROLE_TANGENT, &r, saved->n);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = k < saved->n ? &saved->t[k] : &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
 		r.slots[k].user = &grads[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->bw, r.pin, r.slots);
+		st = run_graph(p, &p->bw, r.pin, r.dev, r.slots);
 	scratch_free(ctx, &r);
 	return st;
 }

@@ -44,8 +44,8 @@ typedef enum fj_status {
 /* The name of a status, e.g. "FJ_ERR_PARSE". */
 FJ_API const char *fj_status_name(fj_status s);
 
-/* A context owns the allocator, the diagnostics, the interned strings and
- * (later) the kernel cache and the CUDA driver. */
+/* A context owns the allocator, the diagnostics, the interned strings, the
+ * kernel cache and the CUDA driver (opened on first use). */
 typedef struct fj_context fj_context;
 
 /* An allocator in the style of Lua's lua_Alloc: with nsize == 0 it frees ptr
@@ -108,6 +108,8 @@ FJ_API int fj_version_number(void);
  * - A program may be run by many threads at once (fj_program_run,
  *   fj_program_forward, fj_program_backward): each run takes its own
  *   execution state (buffers, bound sizes) from a pool in the program.
+ *   The GPU work of nvptx programs is serialised per context (one driver
+ *   stream); each run makes the primary context current on its thread.
  *   fj_program_destroy must not overlap any run of that program.
  * - A saved-values object (fj_saved) belongs to one thread at a time.
  * - fj_context_error() returns the calling thread's most recent error on the
@@ -189,18 +191,32 @@ typedef enum fj_device { FJ_DEVICE_HOST = 0, FJ_DEVICE_CUDA = 1 } fj_device;
  * then fill in what the call needs.
  *
  * Inputs: data, dtype, rank, sizes, strides (in elements; NULL = dense
- * row-major; any strides, negative and zero ones included, are accepted, and
- * copied to a dense buffer before the run) and device (FJ_DEVICE_HOST, or
- * FJ_DEVICE_CUDA with a device pointer and device_index for the nvptx
- * executor).
+ * row-major; any strides, negative and zero ones included, are accepted for
+ * host memory, and copied to a dense buffer before the run) and device.
+ *
+ * Devices: FJ_DEVICE_HOST (the default) for any executor. FJ_DEVICE_CUDA
+ * (data a CUdeviceptr on device_index 0, in the CUDA driver's primary
+ * context, e.g. a PyTorch CUDA tensor's data_ptr()) for nvptx programs
+ * only: the kernels read and write the caller's device memory in place, with
+ * no copy to or from the host (a returned input or literal, or a value
+ * returned twice, is copied on the device). CUDA tensors must be dense (strides NULL or
+ * row-major) and aligned: strided ones are refused with FJ_ERR_UNSUPPORTED
+ * (make them contiguous first), as are other device indexes and CUDA
+ * tensors given to a host or aten program (the error names the tensor).
+ * Host tensors given to an nvptx program are uploaded before the run and
+ * downloaded after it. fusejit launches on its own stream and synchronises
+ * it before the run returns (the results are then in place); work the caller
+ * queued on other streams that writes the inputs must be complete before the
+ * run (e.g. cuStreamSynchronize). Inputs and outputs must not overlap.
  *
  * Outputs: either preallocated by the caller (data != NULL, with dtype, rank,
- * sizes and optionally strides as for inputs: the run checks them and writes
- * into them), or left with data == NULL: the run then allocates the output
- * (host memory, 64-byte aligned), fills in data, dtype, rank and sizes, sets
- * FJ_TENSOR_OWNED in flags, and the caller releases it with
- * fj_tensor_release. An owned output passed again to a run of the same
- * shape is reused. */
+ * sizes, device and optionally strides as for inputs: the run checks them and
+ * writes into them), or left with data == NULL: the run then allocates the
+ * output in host memory (64-byte aligned, whatever the executor and device:
+ * device is set to FJ_DEVICE_HOST; preallocate CUDA outputs to keep results
+ * on the GPU), fills in data, dtype, rank and sizes, sets FJ_TENSOR_OWNED in
+ * flags, and the caller releases it with fj_tensor_release. An owned output
+ * passed again to a run of the same shape is reused. */
 typedef struct fj_tensor {
 	void *data;
 	fj_scalar_type dtype;
@@ -212,8 +228,8 @@ typedef struct fj_tensor {
 	uint32_t flags;
 } fj_tensor;
 
-/* Frees an output fusejit allocated (FJ_TENSOR_OWNED) and clears data and
- * flags; does nothing for the caller's own memory. */
+/* Frees an output fusejit allocated (FJ_TENSOR_OWNED, always host memory)
+ * and clears data and flags; does nothing for the caller's own memory. */
 FJ_API void fj_tensor_release(fj_tensor *t);
 
 /* ======================================================================
@@ -289,8 +305,20 @@ FJ_API void fj_build_abort(fj_graph_builder *b);
  * Compiling
  * ====================================================================== */
 
+/* Executors. nvptx loads the CUDA driver (libcuda.so.1, or $FUSEJIT_LIBCUDA)
+ * with dlopen on first use and runs on device 0's primary context; without a
+ * driver or a GPU, fj_compile fails with FJ_ERR_DRIVER and one sentence
+ * ("the nvptx executor needs a CUDA driver and a GPU: no CUDA driver:
+ * libcuda.so.1 not found (...)"). Inference and training programs alike.
+ *
+ * Testing aid: with FUSEJIT_NVPTX_DEVICE=emulator in the environment when
+ * fj_compile runs, nvptx programs run on a host emulator of the GPU kernels
+ * instead of the driver (slow: one OS thread per GPU thread; "device"
+ * addresses are host addresses, so host buffers may be passed as
+ * FJ_DEVICE_CUDA tensors). It is not a GPU: auto never picks nvptx because of
+ * it. FUSEJIT_NVPTX_DEVICE=cuda or unset: the driver. */
 typedef enum fj_executor {
-	FJ_EXECUTOR_AUTO = 0, /* nvptx with a CUDA driver and a GPU, else host */
+	FJ_EXECUTOR_AUTO = 0, /* nvptx when a CUDA driver and a GPU are usable, else host */
 	FJ_EXECUTOR_HOST,     /* fused host code on all cores (FUSEJIT_THREADS overrides) */
 	FJ_EXECUTOR_ATEN,     /* the reference: one kernel per op, one thread */
 	FJ_EXECUTOR_NVPTX     /* fused PTX through the CUDA driver */
@@ -302,7 +330,9 @@ typedef struct fj_compile_options {
 	fj_executor executor;
 	const char *graph;     /* the graph to compile ("main" or "@main"); NULL: @main, else the first */
 	const char *pipeline;  /* a pass pipeline (IR.md §4); NULL: the executor's default */
-	const char *target;    /* nvptx: "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL: sm_80 */
+	const char *target;    /* nvptx: NULL (the GPU's own architecture, or FUSEJIT_NVPTX_TARGET's);
+	                          else "sm_80", "sm_86", "sm_89", "sm_90" or "sm_90a", which must be
+	                          that one (FJ_ERR_UNSUPPORTED otherwise); ignored by other executors */
 	int training;          /* nonzero: autodiff + partition; run with fj_program_forward/_backward */
 	int threads;           /* host executor threads; 0: all cores (FUSEJIT_THREADS) */
 } fj_compile_options;
@@ -371,7 +401,9 @@ FJ_API fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const
                                      size_t ntangents, fj_tensor *grads, size_t ngrads);
 FJ_API size_t fj_saved_count(const fj_saved *s);
 /* Saved value i: its name, concrete shape and bytes, and (view may be NULL)
- * a read-only view of its data (flags 0: not the caller's to release). */
+ * a read-only view of its data (flags 0: not the caller's to release). Saved
+ * values are in host memory for every executor (nvptx: downloaded by the
+ * forward, uploaded again by the backward). */
 FJ_API fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_tensor *view);
 FJ_API size_t fj_saved_bytes(const fj_saved *s);
 FJ_API void fj_saved_destroy(fj_saved *s);

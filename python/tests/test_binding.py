@@ -39,8 +39,25 @@ def test_errors():
     p = ctx.compile(TEXT, executor="aten")
     with pytest.raises(fusejit.FusejitError, match="dtype"):
         p.run(np.zeros((3, 4), np.float64), np.zeros(4, np.float32))
-    with pytest.raises(fusejit.FusejitError, match="nvptx"):
+
+
+def test_nvptx_executor(monkeypatch):
+    # no CUDA driver (forced, so the test is the same on a GPU machine): one clear error; auto is host
+    monkeypatch.setenv("FUSEJIT_LIBCUDA", "/nonexistent/libcuda.so.1")
+    monkeypatch.delenv("FUSEJIT_NVPTX_DEVICE", raising=False)
+    ctx = fusejit.Context()
+    with pytest.raises(fusejit.FusejitError, match="FJ_ERR_DRIVER: .*nvptx executor needs a CUDA driver"):
         ctx.compile(TEXT, executor="nvptx")
+    assert ctx.compile(TEXT, executor="auto").executor == "host"
+    # the host emulator of the GPU kernels (a testing aid): the results of host
+    monkeypatch.setenv("FUSEJIT_NVPTX_DEVICE", "emulator")
+    p = fusejit.Context().compile(TEXT, executor="nvptx")
+    assert p.executor == "nvptx"
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    w = np.array([1, -2, 0.5, 3], np.float32)
+    y, s = p.run(x, w)
+    np.testing.assert_allclose(y, np.tanh(x * w), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s, np.tanh(x * w).sum(1), rtol=1e-5, atol=1e-6)
 
 
 def test_training_program():

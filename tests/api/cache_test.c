@@ -44,8 +44,11 @@ static void compile_run(const char *dir, uint64_t cap, const char *graph, fj_cac
 	fj_context_set_cache(ctx, dir, cap);
 	fj_module *m;
 	fj_program *p = NULL;
+	fj_compile_options o; /* host: auto would pick nvptx on a GPU machine */
+	fj_compile_options_init(&o);
+	o.executor = FJ_EXECUTOR_HOST;
 	if (fj_module_parse(ctx, graph, strlen(graph), "cache.fj", &m) != FJ_OK ||
-	    fj_compile(ctx, m, NULL, &p) != FJ_OK) {
+	    fj_compile(ctx, m, &o, &p) != FJ_OK) {
 		fprintf(stderr, "compile failed: %s\n", fj_context_error(ctx));
 		exit(1);
 	}
@@ -53,7 +56,7 @@ static void compile_run(const char *dir, uint64_t cap, const char *graph, fj_cac
 		fj_cache_stats before, after;
 		fj_context_cache_stats(ctx, &before);
 		fj_program *p2;
-		EXPECT(fj_compile(ctx, m, NULL, &p2) == FJ_OK);
+		EXPECT(fj_compile(ctx, m, &o, &p2) == FJ_OK);
 		fj_context_cache_stats(ctx, &after);
 		EXPECT(after.kernels_compiled == before.kernels_compiled);
 		EXPECT(after.kernels_loaded == before.kernels_loaded);

@@ -1,0 +1,471 @@
+/* nvptx_test.c -- fj-api-nvptx: the nvptx executor through the public API,
+ * on a machine with or without a GPU.
+ *
+ *   1. no driver (FUSEJIT_LIBCUDA names a missing library): FJ_EXECUTOR_NVPTX
+ *      fails with one sentence naming the executor and the driver; AUTO
+ *      compiles for host; CUDA tensors given to a host program are refused,
+ *      naming the tensor; a bad FUSEJIT_NVPTX_DEVICE is refused.
+ *   2. the emulated device (FUSEJIT_NVPTX_DEVICE=emulator): an inference graph
+ *      run with host tensors (outputs allocated by fusejit, strided inputs)
+ *      and with "CUDA" tensors (on the emulator device addresses are host
+ *      addresses), including a returned parameter, a returned literal and a
+ *      value returned twice (copied on the device), and a graph the caller's
+ *      pipeline fused already; strided CUDA tensors and other device indexes
+ *      are refused. Results are compared with the host executor's.
+ *   3. training on the emulated device: forward + backward with host and
+ *      CUDA tensors, saved values and gradients compared with host's.
+ *   4. one emulated program run by several threads at once.
+ * Public API only. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fusejit/fusejit.h>
+
+static int fails;
+#define EXPECT(c)                                                                 \
+	do {                                                                      \
+		if (!(c)) {                                                       \
+			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c); \
+			fails++;                                                  \
+		}                                                                 \
+	} while (0)
+#define EXPECT_OK(ctx, call)                                                                          \
+	do {                                                                                          \
+		fj_status st_ = (call);                                                               \
+		if (st_ != FJ_OK) {                                                                   \
+			fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, fj_status_name(st_), \
+			        fj_context_error(ctx));                                               \
+			fails++;                                                                      \
+		}                                                                                     \
+	} while (0)
+
+/* %x returned as it is, %c returned twice, a literal returned. */
+static const char infer_text[] =
+	"graph @main(%x: f32[N,8], %w: f32[8]) {\n"
+	"  %a = aten.mul(%x, %w)\n"
+	"  %b = aten.exp(%a)\n"
+	"  %s = aten.sum(%b) {dims=[1], keepdim=true}\n"
+	"  %c = aten.div(%b, %s)\n"
+	"  return %c, %s, %x, %c, 2.5\n"
+	"}\n";
+
+static const char train_text[] =
+	"graph @f(%x: f32[4,6] {nograd}, %w: f32[6]) {\n"
+	"  %y = aten.mul(%x, %w)\n"
+	"  %z = aten.sin(%y)\n"
+	"  %t = aten.tanh(%z)\n"
+	"  %s = aten.sum(%t) {dims=[1]}\n"
+	"  return %s, %z\n"
+	"}\n";
+
+static fj_context *new_ctx(void)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	if (!ctx) {
+		fprintf(stderr, "no context\n");
+		exit(1);
+	}
+	fj_context_set_cache(ctx, "off", 0);
+	return ctx;
+}
+
+static fj_status compile_with(fj_context *ctx, const char *text, fj_executor ex, int training, const char *pipeline,
+                              fj_program **p)
+{
+	fj_module *m = NULL;
+	fj_status st = fj_module_parse(ctx, text, strlen(text), "nvptx_test.fj", &m);
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = ex;
+	o.training = training;
+	o.pipeline = pipeline;
+	if (st == FJ_OK)
+		st = fj_compile(ctx, m, &o, p);
+	fj_module_destroy(m);
+	return st;
+}
+
+static fj_status compile(fj_context *ctx, const char *text, fj_executor ex, int training, fj_program **p)
+{
+	return compile_with(ctx, text, ex, training, NULL, p);
+}
+
+static fj_tensor tensor(float *data, fj_device dev, int rank, int64_t d0, int64_t d1)
+{
+	fj_tensor t;
+	memset(&t, 0, sizeof t);
+	t.data = data;
+	t.dtype = FJ_TYPE_F32;
+	t.rank = rank;
+	t.sizes[0] = d0;
+	t.sizes[1] = d1;
+	t.device = dev;
+	return t;
+}
+
+static int64_t numel(const fj_tensor *t)
+{
+	int64_t n = 1;
+	for (int k = 0; k < t->rank; k++)
+		n *= t->sizes[k];
+	return n;
+}
+
+static double elem(const fj_tensor *t, int64_t i)
+{
+	return t->dtype == FJ_TYPE_F64 ? ((const double *)t->data)[i] : ((const float *)t->data)[i];
+}
+
+/* Same dtype (f32 or f64), shape and values within 1e-5 relative. */
+static int near(const fj_tensor *a, const fj_tensor *b)
+{
+	if (a->dtype != b->dtype || (a->dtype != FJ_TYPE_F32 && a->dtype != FJ_TYPE_F64) || a->rank != b->rank)
+		return 0;
+	for (int k = 0; k < a->rank; k++)
+		if (a->sizes[k] != b->sizes[k])
+			return 0;
+	for (int64_t i = 0; i < numel(a); i++) {
+		double x = elem(a, i), y = elem(b, i);
+		if (!(fabs(x - y) <= 1e-5 * (1.0 + fabs(y)))) {
+			fprintf(stderr, "  element %lld: %g vs %g\n", (long long)i, x, y);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static void release_all(fj_tensor *t, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		fj_tensor_release(&t[k]);
+}
+
+/* ---- 1. no driver ---- */
+
+static void test_no_driver(void)
+{
+	setenv("FUSEJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+	unsetenv("FUSEJIT_NVPTX_DEVICE");
+	fj_context *ctx = new_ctx();
+	fj_program *p = NULL;
+	fj_status st = compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &p);
+	EXPECT(st == FJ_ERR_DRIVER && !p);
+	const char *err = fj_context_error(ctx);
+	EXPECT(strstr(err, "nvptx executor") && strstr(err, "no CUDA driver") && strstr(err, "libcuda.so.1"));
+	EXPECT(!strchr(err, '\n'));
+	fprintf(stderr, "no driver, nvptx: %s: %s\n", fj_status_name(st), err);
+	/* auto: host */
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_AUTO, 0, &p));
+	EXPECT(p && fj_program_executor(p) == FJ_EXECUTOR_HOST);
+	/* CUDA tensors for a host program: refused, naming the tensor */
+	float x[16] = {0}, w[8] = {0};
+	fj_tensor in[2] = {tensor(x, FJ_DEVICE_HOST, 2, 2, 8), tensor(w, FJ_DEVICE_CUDA, 1, 8, 0)};
+	fj_tensor out[5];
+	memset(out, 0, sizeof out);
+	st = p ? fj_program_run(p, in, 2, out, 5) : FJ_ERR_INTERNAL;
+	EXPECT(st == FJ_ERR_UNSUPPORTED && strstr(fj_context_error(ctx), "input 1 (%w) is in CUDA device memory"));
+	fprintf(stderr, "host program, CUDA input: %s\n", fj_context_error(ctx));
+	in[1].device = FJ_DEVICE_HOST;
+	out[2] = tensor(x, FJ_DEVICE_CUDA, 2, 2, 8);
+	st = p ? fj_program_run(p, in, 2, out, 5) : FJ_ERR_INTERNAL;
+	EXPECT(st == FJ_ERR_UNSUPPORTED && strstr(fj_context_error(ctx), "output 2 (%x) is in CUDA device memory"));
+	release_all(out, 5);
+	fj_program_destroy(p);
+	/* the emulator is not a GPU: auto stays host */
+	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
+	p = NULL;
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_AUTO, 0, &p));
+	EXPECT(p && fj_program_executor(p) == FJ_EXECUTOR_HOST);
+	fj_program_destroy(p);
+	setenv("FUSEJIT_NVPTX_DEVICE", "gpu9", 1);
+	p = NULL;
+	st = compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &p);
+	EXPECT(st == FJ_ERR_INVALID && !p && strstr(fj_context_error(ctx), "FUSEJIT_NVPTX_DEVICE=gpu9"));
+	unsetenv("FUSEJIT_NVPTX_DEVICE");
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_LIBCUDA");
+}
+
+/* ---- 2. inference on the emulated device ---- */
+
+enum { N = 5 };
+
+static void test_emulated_inference(void)
+{
+	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
+	fj_context *ctx = new_ctx();
+	fj_program *nv = NULL, *host = NULL;
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &nv));
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_HOST, 0, &host));
+	if (!nv || !host)
+		goto done;
+	EXPECT(fj_program_executor(nv) == FJ_EXECUTOR_NVPTX);
+	float x[N * 8], w[8];
+	for (int i = 0; i < N * 8; i++)
+		x[i] = (float)((i * 37) % 19) / 10.0f - 0.9f;
+	for (int i = 0; i < 8; i++)
+		w[i] = 0.25f * (float)i - 1.0f;
+	fj_tensor in[2] = {tensor(x, FJ_DEVICE_HOST, 2, N, 8), tensor(w, FJ_DEVICE_HOST, 1, 8, 0)};
+	fj_tensor ref[5], got[5];
+	memset(ref, 0, sizeof ref);
+	memset(got, 0, sizeof got);
+	EXPECT_OK(ctx, fj_program_run(host, in, 2, ref, 5));
+	/* host tensors: uploaded, and downloaded into outputs fusejit allocates */
+	EXPECT_OK(ctx, fj_program_run(nv, in, 2, got, 5));
+	for (int k = 0; k < 5; k++) {
+		EXPECT(near(&got[k], &ref[k]));
+		EXPECT(got[k].flags & FJ_TENSOR_OWNED && got[k].device == FJ_DEVICE_HOST);
+	}
+	/* a strided host input: made dense on the host, then uploaded */
+	float xt[8 * N];
+	int64_t tstrides[2] = {1, N};
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < 8; j++)
+			xt[j * N + i] = x[i * 8 + j];
+	fj_tensor sin_[2] = {tensor(xt, FJ_DEVICE_HOST, 2, N, 8), in[1]};
+	sin_[0].strides = tstrides;
+	EXPECT_OK(ctx, fj_program_run(nv, sin_, 2, got, 5));
+	EXPECT(near(&got[0], &ref[0]));
+	/* "CUDA" tensors: on the emulator device addresses are host addresses */
+	float dx[N * 8], dw[8], dc[N * 8], ds[N], dxo[N * 8], dc2[N * 8];
+	double dlit[1]; /* the literal 2.5 is returned as f64 */
+	memcpy(dx, x, sizeof dx);
+	memcpy(dw, w, sizeof dw);
+	memset(dc, 0, sizeof dc);
+	fj_tensor din[2] = {tensor(dx, FJ_DEVICE_CUDA, 2, N, 8), tensor(dw, FJ_DEVICE_CUDA, 1, 8, 0)};
+	fj_tensor dout[5] = {tensor(dc, FJ_DEVICE_CUDA, 2, N, 8), tensor(ds, FJ_DEVICE_CUDA, 2, N, 1),
+	                     tensor(dxo, FJ_DEVICE_CUDA, 2, N, 8), tensor(dc2, FJ_DEVICE_CUDA, 2, N, 8),
+	                     tensor(NULL, FJ_DEVICE_CUDA, 0, 0, 0)};
+	dout[4].data = dlit;
+	dout[4].dtype = FJ_TYPE_F64;
+	EXPECT_OK(ctx, fj_program_run(nv, din, 2, dout, 5));
+	for (int k = 0; k < 5; k++) {
+		EXPECT(near(&dout[k], &ref[k]));
+		EXPECT(!(dout[k].flags & FJ_TENSOR_OWNED));
+	}
+	EXPECT(dout[0].data == dc && dlit[0] == 2.5);
+	/* mixed: CUDA inputs, host outputs fusejit allocates, and the reverse */
+	release_all(got, 5);
+	EXPECT_OK(ctx, fj_program_run(nv, din, 2, got, 5));
+	for (int k = 0; k < 5; k++)
+		EXPECT(near(&got[k], &ref[k]));
+	memset(dc, 0, sizeof dc);
+	memset(dxo, 0, sizeof dxo);
+	EXPECT_OK(ctx, fj_program_run(nv, in, 2, dout, 5));
+	for (int k = 0; k < 5; k++)
+		EXPECT(near(&dout[k], &ref[k]));
+	/* another shape: rebinds */
+	fj_tensor in3[2] = {tensor(dx, FJ_DEVICE_HOST, 2, 3, 8), tensor(dw, FJ_DEVICE_HOST, 1, 8, 0)};
+	fj_tensor ref3[5], got3[5];
+	memset(ref3, 0, sizeof ref3);
+	memset(got3, 0, sizeof got3);
+	EXPECT_OK(ctx, fj_program_run(host, in3, 2, ref3, 5));
+	in3[0].device = in3[1].device = FJ_DEVICE_CUDA;
+	EXPECT_OK(ctx, fj_program_run(nv, in3, 2, got3, 5));
+	for (int k = 0; k < 5; k++)
+		EXPECT(near(&got3[k], &ref3[k]));
+	release_all(ref3, 5);
+	release_all(got3, 5);
+	/* refused: a strided CUDA input, a CUDA tensor on device 1 */
+	fj_tensor bad[2] = {din[0], din[1]};
+	bad[0].strides = tstrides;
+	/* a graph fused by the caller's pipeline already runs as it is */
+	fj_program *fused = NULL;
+	EXPECT_OK(ctx, compile_with(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, "verify,decompose,canonicalize,fuse,schedule",
+	                            &fused));
+	release_all(got, 5);
+	if (fused)
+		EXPECT_OK(ctx, fj_program_run(fused, din, 2, got, 5));
+	for (int k = 0; fused && k < 5; k++)
+		EXPECT(near(&got[k], &ref[k]));
+	fj_program_destroy(fused);
+	fj_status st = fj_program_run(nv, bad, 2, got, 5);
+	EXPECT(st == FJ_ERR_UNSUPPORTED && strstr(fj_context_error(ctx), "input 0 (%x): a strided"));
+	fprintf(stderr, "strided CUDA input: %s\n", fj_context_error(ctx));
+	bad[0].strides = NULL;
+	bad[1].device_index = 1;
+	st = fj_program_run(nv, bad, 2, got, 5);
+	EXPECT(st == FJ_ERR_UNSUPPORTED && strstr(fj_context_error(ctx), "input 1 (%w) is on CUDA device 1"));
+	release_all(got, 5);
+	release_all(ref, 5);
+done:
+	fj_program_destroy(nv);
+	fj_program_destroy(host);
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_NVPTX_DEVICE");
+}
+
+/* ---- 3. training on the emulated device ---- */
+
+/* Forward and backward of p; outputs, saved values and gradients into the
+ * arrays (released by the caller). cuda: inputs and tangents as CUDA
+ * tensors, the gradients preallocated CUDA tensors in gbuf. */
+static void train_run(fj_context *ctx, fj_program *p, int cuda, fj_tensor *outs, fj_tensor *grads, float *gbuf,
+                      size_t *nsaved, fj_tensor *saved_copy)
+{
+	static float x[24], w[6], t0[4], t1[24];
+	for (int i = 0; i < 24; i++) {
+		x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+		t1[i] = (float)(i % 5) / 4.0f;
+	}
+	for (int i = 0; i < 6; i++)
+		w[i] = 0.3f * (float)i - 0.7f;
+	for (int i = 0; i < 4; i++)
+		t0[i] = 1.0f + (float)i;
+	fj_device dev = cuda ? FJ_DEVICE_CUDA : FJ_DEVICE_HOST;
+	fj_tensor in[2] = {tensor(x, dev, 2, 4, 6), tensor(w, dev, 1, 6, 0)};
+	fj_saved *saved = NULL;
+	EXPECT_OK(ctx, fj_program_forward(p, in, 2, outs, 2, &saved));
+	if (!saved)
+		return;
+	*nsaved = fj_saved_count(saved);
+	for (size_t k = 0; k < *nsaved && k < 8; k++) {
+		fj_tensor v;
+		EXPECT_OK(ctx, fj_saved_info(saved, k, NULL, &v));
+		saved_copy[k] = v;
+		size_t bytes = (size_t)numel(&v) * sizeof(float);
+		saved_copy[k].data = malloc(bytes ? bytes : 1);
+		memcpy(saved_copy[k].data, v.data, bytes);
+	}
+	EXPECT(fj_program_count(p, FJ_ROLE_TANGENT) == 2 && fj_program_count(p, FJ_ROLE_GRADIENT) == 1);
+	fj_tensor tan[2] = {tensor(t0, dev, 1, 4, 0), tensor(t1, dev, 2, 4, 6)};
+	if (cuda)
+		grads[0] = tensor(gbuf, FJ_DEVICE_CUDA, 1, 6, 0);
+	EXPECT_OK(ctx, fj_program_backward(p, saved, tan, 2, grads, 1));
+	/* the saved values stay: a second backward gives the same */
+	fj_tensor again = {0};
+	EXPECT_OK(ctx, fj_program_backward(p, saved, tan, 2, &again, 1));
+	EXPECT(near(&again, &grads[0]));
+	fj_tensor_release(&again);
+	fj_saved_destroy(saved);
+}
+
+static void test_emulated_training(void)
+{
+	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
+	fj_context *ctx = new_ctx();
+	fj_program *nv = NULL, *host = NULL;
+	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_NVPTX, 1, &nv));
+	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_HOST, 1, &host));
+	if (!nv || !host)
+		goto done;
+	EXPECT(fj_program_count(nv, FJ_ROLE_SAVED) == fj_program_count(host, FJ_ROLE_SAVED));
+	fj_value_info gi;
+	EXPECT_OK(ctx, fj_program_info(nv, FJ_ROLE_GRADIENT, 0, &gi));
+	EXPECT(strcmp(gi.name, "w") == 0);
+	for (int cuda = 0; cuda < 2; cuda++) {
+		fj_tensor ro[2], rg[1], go[2], gg[1], rs[8], gs[8];
+		float gbuf[6] = {0};
+		size_t rn = 0, gn = 0;
+		memset(ro, 0, sizeof ro);
+		memset(rg, 0, sizeof rg);
+		memset(go, 0, sizeof go);
+		memset(gg, 0, sizeof gg);
+		train_run(ctx, host, 0, ro, rg, NULL, &rn, rs);
+		train_run(ctx, nv, cuda, go, gg, gbuf, &gn, gs);
+		EXPECT(rn == gn && rn > 0);
+		for (int k = 0; k < 2; k++)
+			EXPECT(near(&go[k], &ro[k]));
+		for (size_t k = 0; k < rn && k < gn && k < 8; k++)
+			EXPECT(near(&gs[k], &rs[k]));
+		EXPECT(near(&gg[0], &rg[0]));
+		EXPECT(!cuda || gg[0].data == gbuf);
+		release_all(ro, 2);
+		release_all(go, 2);
+		release_all(rg, 1);
+		release_all(gg, 1);
+		for (size_t k = 0; k < rn && k < 8; k++)
+			free(rs[k].data);
+		for (size_t k = 0; k < gn && k < 8; k++)
+			free(gs[k].data);
+	}
+done:
+	fj_program_destroy(nv);
+	fj_program_destroy(host);
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_NVPTX_DEVICE");
+}
+
+/* ---- 4. several threads ---- */
+
+typedef struct job {
+	fj_program *p;
+	int rows, ok;
+	fj_status st;
+} job;
+
+/* Runs p on rows x 8 inputs of its own, CUDA and host in turn, and checks
+ * the first result against a direct computation. */
+static void *job_run(void *arg)
+{
+	job *j = arg;
+	float x[8 * 8], w[8], c[8 * 8], e[8];
+	for (int i = 0; i < j->rows * 8; i++)
+		x[i] = (float)((i * 13 + j->rows) % 17) / 8.0f - 1.0f;
+	for (int i = 0; i < 8; i++)
+		w[i] = 0.1f * (float)(i + j->rows);
+	j->ok = 1;
+	for (int rep = 0; rep < 4 && j->ok; rep++) {
+		fj_device dev = rep % 2 ? FJ_DEVICE_CUDA : FJ_DEVICE_HOST;
+		fj_tensor in[2] = {tensor(x, dev, 2, j->rows, 8), tensor(w, dev, 1, 8, 0)};
+		fj_tensor out[5];
+		memset(out, 0, sizeof out);
+		out[0] = tensor(c, dev, 2, j->rows, 8);
+		j->st = fj_program_run(j->p, in, 2, out, 5);
+		if (j->st != FJ_OK) {
+			j->ok = 0;
+			break;
+		}
+		for (int r = 0; r < j->rows; r++) {
+			float sum = 0;
+			for (int k = 0; k < 8; k++)
+				sum += e[k] = expf(x[r * 8 + k] * w[k]);
+			for (int k = 0; k < 8; k++)
+				if (!(fabsf(c[r * 8 + k] - e[k] / sum) <= 1e-5f))
+					j->ok = 0;
+		}
+		release_all(out, 5);
+	}
+	return NULL;
+}
+
+static void test_emulated_threads(void)
+{
+	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
+	fj_context *ctx = new_ctx();
+	fj_program *nv = NULL;
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &nv));
+	enum { NT = 4 };
+	pthread_t th[NT];
+	job jobs[NT];
+	for (int t = 0; nv && t < NT; t++) {
+		jobs[t] = (job){.p = nv, .rows = 2 + t};
+		pthread_create(&th[t], NULL, job_run, &jobs[t]);
+	}
+	for (int t = 0; nv && t < NT; t++) {
+		pthread_join(th[t], NULL);
+		if (jobs[t].st != FJ_OK)
+			fprintf(stderr, "thread %d: %s: %s\n", t, fj_status_name(jobs[t].st), fj_context_error(ctx));
+		EXPECT(jobs[t].ok);
+	}
+	fj_program_destroy(nv);
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_NVPTX_DEVICE");
+}
+
+int main(void)
+{
+	test_no_driver();
+	test_emulated_inference();
+	test_emulated_training();
+	test_emulated_threads();
+	if (fails) {
+		fprintf(stderr, "fj-api-nvptx: %d failure(s)\n", fails);
+		return 1;
+	}
+	fprintf(stderr, "fj-api-nvptx: all passed\n");
+	return 0;
+}
