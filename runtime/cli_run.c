@@ -23,6 +23,7 @@
 #include "runtime/program.h"
 #include "runtime/program_nvptx.h"
 #include "backend_nvptx/cuda.h"
+#include "backend_nvptx/emu.h"
 
 #define TOOL "fusejit-run"
 
@@ -38,7 +39,8 @@ static const char usage_text[] =
 	"                            host  fused host code: the default pipeline, then one\n"
 	"                                  vectorised loop nest per fusion.kernel, on all cores\n"
 	"                                  (FUSEJIT_THREADS overrides)\n"
-	"                            nvptx fused PTX through the CUDA driver (libcuda.so.1, a GPU)\n"
+	"                            nvptx fused PTX through the CUDA driver (libcuda.so.1, a GPU;\n"
+	"                                  env FUSEJIT_NVPTX_DEVICE=emulator: a host emulator, for tests)\n"
 	"                            auto  nvptx with a CUDA driver and GPU, else host\n"
 	"  --input NAME=FILE.npy   a parameter's value (others are seeded random data:\n"
 	"                          floats in [-1,1), integers in [0,10), valid indices)\n"
@@ -55,8 +57,8 @@ static const char usage_text[] =
 	"  --train                 training: autodiff + min-cut partition, then the forward\n"
 	"                          and the backward graph; writes DIR/grad_<param>.npy for\n"
 	"                          each parameter that gets a gradient (and the outputs)\n"
-	"  --tangent NAME=FILE.npy the tangent of output NAME (its file stem) for --train\n"
-	"                          (others: seeded random)\n"
+	"  --tangent NAME=FILE.npy the tangent of output NAME (its file stem: out<i> for a literal\n"
+	"                          or a value returned twice) for --train (others: seeded random)\n"
 	"  --help                  this text\n";
 
 typedef struct kv {
@@ -134,6 +136,47 @@ static bool parse_i64(const char *s, int64_t *out)
 		return false;
 	*out = v;
 	return true;
+}
+
+/* ---- the nvptx device ---- */
+
+/* The executor a run uses: a runtime program (host, aten), or nvptx, where
+ * an aten program binds the inputs and checks every node's shapes (the
+ * nvptx bind does not re-run inference) and an nvptx program runs. */
+typedef struct executor {
+	fj_rt_executor rt;
+	const char *name;
+	bool nv;
+	fj_nvptx_emu *emu; /* nvptx on the host emulator, else NULL: the CUDA driver */
+} executor;
+
+static const executor aten_executor = {FJ_RT_EXEC_ATEN, "aten", false, NULL};
+
+/* Opens the nvptx executor's device, as api/program.c does: the CUDA driver
+ * (without one, its own one-sentence error), or, with
+ * FUSEJIT_NVPTX_DEVICE=emulator, the host emulator of backend_nvptx/emu.h: a
+ * testing aid for machines with no GPU (slow, and no --bench, which times
+ * with CUDA events). */
+static fj_status nv_open(fj_context *ctx, fj_nvptx_emu **emu)
+{
+	*emu = NULL;
+	const char *env = getenv("FUSEJIT_NVPTX_DEVICE");
+	if (env && strcmp(env, "emulator") == 0)
+		return fj_nvptx_emu_create(ctx, emu);
+	if (env && *env && strcmp(env, "cuda") != 0)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "FUSEJIT_NVPTX_DEVICE=%s: expected cuda (the default) or emulator", env);
+	fj_cu *cu;
+	return fj_cu_get(ctx, &cu);
+}
+
+/* The nvptx program of graph g on ex's device. */
+static fj_status nv_create(fj_context *ctx, const executor *ex, const fj_graph *g, fj_rt_nvprog **out)
+{
+	if (!ex->emu)
+		return fj_rt_nvptx_create(ctx, g, out);
+	fj_rt_gpu_dev dev = fj_nvptx_emu_device(ex->emu);
+	return fj_rt_nvptx_create_on(ctx, g, &dev, out);
 }
 
 /* ---- arguments ---- */
@@ -546,6 +589,16 @@ static fj_status bench(fj_context *ctx, fj_rt_program *p, const fj_rt_tensor *co
 	return FJ_OK;
 }
 
+/* --bench on the device (fj_rt_nvptx_bench: the launches timed with CUDA
+ * events, and the same-run device-to-device copy), in bench's terms. */
+static fj_status bench_nv(fj_rt_nvprog *nv, const fj_rt_tensor *const *in, bench_result *br)
+{
+	fj_rt_nvptx_bench_result nb;
+	fj_status st = fj_rt_nvptx_bench(nv, in, &nb);
+	*br = (bench_result){.median_ms = nb.median_ms, .copy_ms = nb.copy_ms, .reps = nb.reps, .bytes = nb.bytes};
+	return st;
+}
+
 static bool ensure_dir(const char *dir);
 
 /* ---- --train ---- */
@@ -553,7 +606,8 @@ static bool ensure_dir(const char *dir);
 /* One graph's program with its inputs and outputs, for --train. */
 typedef struct phase {
 	fj_graph *g;
-	fj_rt_program *p;
+	fj_rt_program *p;           /* host/aten: runs; nvptx: binds and checks shapes */
+	fj_rt_nvprog *nv;           /* nvptx: runs */
 	fj_rt_tensor *own;          /* inputs this phase allocated (random, files) */
 	const fj_rt_tensor **in;
 	const char **origin;
@@ -571,6 +625,7 @@ static void phase_free(phase *ph)
 	free(ph->origin);
 	free(ph->out);
 	fj_rt_program_destroy(ph->p);
+	fj_rt_nvptx_destroy(ph->nv);
 	memset(ph, 0, sizeof *ph);
 }
 
@@ -589,11 +644,13 @@ static fj_status phase_alloc(fj_context *ctx, phase *ph, fj_graph *g)
 
 /* Compiles and binds a phase whose given inputs are set, fills the others
  * with seeded random data (salted by `salt`, so tangents differ from
- * primals of the same name) and runs it. */
-static fj_status phase_run(fj_context *ctx, phase *ph, fj_rt_executor ex, const run_opts *o, const char *salt)
+ * primals of the same name) and runs it: on nvptx, the inputs are uploaded
+ * and the outputs (the forward's saved values too) downloaded, as
+ * api/program.c does with host tensors. */
+static fj_status phase_run(fj_context *ctx, phase *ph, const executor *ex, const run_opts *o, const char *salt)
 {
 	fj_graph *g = ph->g;
-	fj_status st = fj_rt_program_create(ctx, g, ex, &ph->p);
+	fj_status st = fj_rt_program_create(ctx, g, ex->rt, &ph->p);
 	if (st == FJ_OK)
 		st = fj_rt_program_bind(ph->p, ph->in, ph->origin, o->dims, o->ndims);
 	if (st != FJ_OK)
@@ -616,9 +673,24 @@ static fj_status phase_run(fj_context *ctx, phase *ph, fj_rt_executor ex, const 
 		}
 	}
 	free(bounds);
+	if (st != FJ_OK)
+		return st;
+	if (!ex->nv)
+		return fj_rt_program_run(ph->p, ph->in, ph->out);
+	st = nv_create(ctx, ex, g, &ph->nv);
 	if (st == FJ_OK)
-		st = fj_rt_program_run(ph->p, ph->in, ph->out);
+		st = fj_rt_nvptx_bind(ph->nv, ph->in, ph->origin, o->dims, o->ndims);
+	if (st == FJ_OK)
+		st = fj_rt_nvptx_run(ph->nv, ph->in, ph->out);
 	return st;
+}
+
+/* --bench of one phase: on the host, or on the device. */
+static fj_status phase_bench(fj_context *ctx, phase *ph, bench_result *br)
+{
+	if (ph->nv)
+		return bench_nv(ph->nv, ph->in, br);
+	return bench(ctx, ph->p, ph->in, ph->out, br);
 }
 
 /* A file name output, collected for --output-dir and --json. */
@@ -629,16 +701,103 @@ typedef struct named_out {
 	char *path, *tmp;
 } named_out;
 
+/* The file stems of the forward's K outputs, as without --train (IR.md §5):
+ * the value's name, or out<i> for a literal, a value returned twice or a
+ * name an earlier output took. */
+static void output_stems(const fj_graph *gf, uint32_t K, named_out *outs)
+{
+	for (uint32_t k = 0; k < K; k++) {
+		fj_vid v = gf->results[k];
+		const char *vn = gf->values[v].kind == FJ_VK_LITERAL ? NULL : gf->values[v].name;
+		for (uint32_t j = 0; vn && j < K; j++)
+			if (j != k && gf->results[j] == v)
+				vn = NULL;
+		for (uint32_t j = 0; vn && j < k; j++)
+			if (strcmp(outs[j].stem, vn) == 0)
+				vn = NULL;
+		if (vn)
+			snprintf(outs[k].stem, sizeof outs[k].stem, "%s", vn);
+		else
+			snprintf(outs[k].stem, sizeof outs[k].stem, "out%u", k);
+	}
+}
+
+/* The parameter of @f.bw that takes the tangent of forward output k
+ * (%tangent_<k>), or gb->nparams when k has none (not floating point). */
+static uint32_t tangent_param(const fj_graph *gb, uint32_t nsaved, uint32_t k)
+{
+	for (uint32_t i = nsaved; i < gb->nparams; i++) {
+		const char *pn = gb->values[gb->params[i]].name;
+		unsigned t;
+		if (pn && sscanf(pn, "tangent_%u", &t) == 1 && t == k)
+			return i;
+	}
+	return gb->nparams;
+}
+
+/* The forward output `--tangent NAME` means (*k): the one written to
+ * NAME.npy, else the one that returns %NAME, which must then be the only
+ * one (the stems out<i> tell several apart). Returns 1 after an error. */
+static int tangent_output(const fj_graph *gf, const named_out *outs, uint32_t K, const char *gname, const char *name,
+                          uint32_t *k)
+{
+	for (*k = 0; *k < K; (*k)++)
+		if (strcmp(outs[*k].stem, name) == 0)
+			return 0;
+	const char *vn = name[0] == '%' ? name + 1 : name;
+	char stems[600] = "";
+	size_t len = 0;
+	uint32_t n = 0;
+	for (uint32_t j = 0; j < K; j++) {
+		const fj_value *v = &gf->values[gf->results[j]];
+		if (v->kind == FJ_VK_LITERAL || !v->name || strcmp(v->name, vn) != 0)
+			continue;
+		if (n++ == 0)
+			*k = j;
+		if (len < sizeof stems - 1)
+			len += (size_t)snprintf(stems + len, sizeof stems - len, "%s%s", n > 1 ? ", " : "", outs[j].stem);
+	}
+	if (n == 1)
+		return 0;
+	if (n > 1)
+		return errorf("--tangent %s: @%s returns %%%s %u times, as outputs %s: name one by its file stem", name,
+		              gname, vn, n, stems);
+	return errorf("--tangent %s: @%s has no floating-point output named %s", name, gname, name);
+}
+
+/* The sizes the backward binds: --dim's, then every other symbol the
+ * forward's inputs bound (a tangent of shape [N,4] is random data: the
+ * backward's own inputs may not fix N). *n: how many; NULL: out of memory. */
+static fj_rt_dimarg *backward_dims(const fj_module *m, const fj_rt_program *fwp, const run_opts *o, size_t *n)
+{
+	uint32_t ns = fj_symbol_count(m);
+	fj_rt_dimarg *d = calloc(o->ndims + ns + 1, sizeof *d);
+	if (!d)
+		return NULL;
+	memcpy(d, o->dims, o->ndims * sizeof *d);
+	*n = o->ndims;
+	for (uint32_t s = 0; s < ns; s++) {
+		const char *sn = fj_symbol_name(m, s);
+		bool given = false;
+		for (size_t k = 0; k < o->ndims; k++)
+			given |= strcmp(o->dims[k].name, sn) == 0;
+		if (!given && fj_rt_program_symbol(fwp, s) >= 0)
+			d[(*n)++] = (fj_rt_dimarg){sn, fj_rt_program_symbol(fwp, s)};
+	}
+	return d;
+}
+
 /* Runs autodiff + partition on the module, then @name.fw on the inputs and
  * @name.bw on its saved values and the tangents (IR.md §5 --train). */
-static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run_opts *o, fj_rt_executor ex,
-                     const char *exname)
+static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run_opts *o, const executor *ex)
 {
 	char name[256], fwname[300], bwname[300];
 	snprintf(name, sizeof name, "%s", gname);
 	snprintf(fwname, sizeof fwname, "%s.fw", name);
 	snprintf(bwname, sizeof bwname, "%s.bw", name);
 	phase fw = {0}, bw = {0}, rfw = {0}, rbw = {0};
+	run_opts bo = *o; /* the backward's: o with backward_dims */
+	bo.dims = NULL;
 	named_out *outs = NULL;
 	uint32_t nouts = 0;
 	int rc = 1;
@@ -659,6 +818,15 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		report(ctx, st);
 		goto done;
 	}
+	/* outputs: the forward's K outputs, then grad_<param> in parameter order */
+	outs = calloc(K + gb->nresults + 1, sizeof *outs);
+	if (!outs) {
+		errorf("out of memory");
+		goto done;
+	}
+	output_stems(gf, K, outs);
+	for (; nouts < K; nouts++)
+		outs[nouts].t = &fw.out[nouts];
 	/* forward inputs: the primals, from files or random */
 	for (size_t k = 0; k < o->ninputs; k++) {
 		uint32_t i = 0;
@@ -686,17 +854,22 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	for (uint32_t i = 0; i < nsaved; i++)
 		bw.in[i] = &fw.out[K + i];
+	if (!(bo.dims = backward_dims(m, fw.p, o, &bo.ndims))) {
+		errorf("out of memory");
+		goto done;
+	}
 	for (size_t t = 0; t < o->ntangents; t++) {
-		uint32_t i = nsaved;
-		for (; i < gb->nparams; i++) {
-			unsigned k;
-			if (sscanf(gb->values[gb->params[i]].name, "tangent_%u", &k) == 1 && k < K &&
-			    strcmp(gf->values[gf->results[k]].name, o->tangents[t].name) == 0)
-				break;
-		}
+		uint32_t k;
+		if (tangent_output(gf, outs, K, name, o->tangents[t].name, &k) != 0)
+			goto done;
+		uint32_t i = tangent_param(gb, nsaved, k);
 		if (i == gb->nparams) {
 			errorf("--tangent %s: @%s has no floating-point output named %s", o->tangents[t].name, name,
 			       o->tangents[t].name);
+			goto done;
+		}
+		if (bw.in[i]) {
+			errorf("--tangent %s: the tangent of output %s is given twice", o->tangents[t].name, outs[k].stem);
 			goto done;
 		}
 		if ((st = fj_npy_read(ctx, o->tangents[t].value, &bw.own[i])) != FJ_OK) {
@@ -706,31 +879,9 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		bw.in[i] = &bw.own[i];
 		bw.origin[i] = o->tangents[t].value;
 	}
-	if ((st = phase_run(ctx, &bw, ex, o, "tangent:")) != FJ_OK) {
+	if ((st = phase_run(ctx, &bw, ex, &bo, "tangent:")) != FJ_OK) {
 		report(ctx, st);
 		goto done;
-	}
-	/* outputs: the forward's K outputs, then grad_<param> in parameter order */
-	outs = calloc(K + gb->nresults + 1, sizeof *outs);
-	if (!outs) {
-		errorf("out of memory");
-		goto done;
-	}
-	for (uint32_t k = 0; k < K; k++) {
-		/* named as without --train: out<i> for a literal or a value returned twice */
-		fj_vid v = gf->results[k];
-		const char *vn = gf->values[v].kind == FJ_VK_LITERAL ? NULL : gf->values[v].name;
-		for (uint32_t j = 0; vn && j < K; j++)
-			if (j != k && gf->results[j] == v)
-				vn = NULL;
-		for (uint32_t j = 0; vn && j < nouts; j++)
-			if (strcmp(outs[j].stem, vn) == 0)
-				vn = NULL;
-		if (vn)
-			snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "%s", vn);
-		else
-			snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "out%u", k);
-		outs[nouts++].t = &fw.out[k];
 	}
 	uint32_t gi = 0;
 	for (uint32_t i = 0; i < gf->nparams && gi < gb->nresults; i++) {
@@ -751,8 +902,8 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		memcpy(rbw.in, bw.in, gb->nparams * sizeof *rbw.in);
 		for (uint32_t i = 0; i < nsaved; i++)
 			rbw.in[i] = &rfw.out[K + i];
-		if ((st = phase_run(ctx, &rfw, FJ_RT_EXEC_ATEN, o, "")) != FJ_OK ||
-		    (st = phase_run(ctx, &rbw, FJ_RT_EXEC_ATEN, o, "tangent:")) != FJ_OK) {
+		if ((st = phase_run(ctx, &rfw, &aten_executor, o, "")) != FJ_OK ||
+		    (st = phase_run(ctx, &rbw, &aten_executor, &bo, "tangent:")) != FJ_OK) {
 			report(ctx, st);
 			goto done;
 		}
@@ -766,8 +917,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	bench_result bf = {0}, bb = {0};
 	if (o->bench) {
-		if ((st = bench(ctx, fw.p, fw.in, fw.out, &bf)) != FJ_OK ||
-		    (st = bench(ctx, bw.p, bw.in, bw.out, &bb)) != FJ_OK) {
+		if ((st = phase_bench(ctx, &fw, &bf)) != FJ_OK || (st = phase_bench(ctx, &bw, &bb)) != FJ_OK) {
 			report(ctx, st);
 			goto done;
 		}
@@ -804,7 +954,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	if (o->json) {
 		fputs("{\"graph\": ", f);
 		json_str(f, name);
-		fprintf(f, ", \"executor\": \"%s\", \"outputs\": [", exname);
+		fprintf(f, ", \"executor\": \"%s\", \"outputs\": [", ex->name);
 		for (uint32_t j = 0; j < nouts; j++) {
 			fprintf(f, "%s{\"name\": ", j ? ", " : "");
 			json_str(f, outs[j].stem);
@@ -839,8 +989,12 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		}
 		fputs("}\n", f);
 	} else {
-		fprintf(f, "@%s trained on %s: @%s (%u outputs, %u saved) and @%s, seed %llu\n", name, exname, fwname, K,
-		        nsaved, bwname, (unsigned long long)o->seed);
+		char where[300] = "";
+		if (ex->nv)
+			snprintf(where, sizeof where, " (%s, %s; %u + %u fused kernels)", fj_rt_nvptx_device(fw.nv),
+			         fj_rt_nvptx_target(fw.nv), fj_rt_nvptx_kernels(fw.nv), fj_rt_nvptx_kernels(bw.nv));
+		fprintf(f, "@%s trained on %s%s: @%s (%u outputs, %u saved) and @%s, seed %llu\n", name, ex->name, where,
+		        fwname, K, nsaved, bwname, (unsigned long long)o->seed);
 		for (uint32_t j = 0; j < nouts; j++) {
 			char ty[300];
 			fj_rt_tensor_type_str(outs[j].t, ty, sizeof ty);
@@ -876,6 +1030,7 @@ done:
 		free(outs[j].path);
 	}
 	free(outs);
+	free(bo.dims);
 	/* the saved inputs of bw are fw's outputs: not bw's to free */
 	phase_free(&rbw);
 	phase_free(&rfw);
@@ -905,6 +1060,7 @@ int fj_run_main(int argc, char **argv)
 	fj_module *m = NULL;
 	fj_rt_program *prog = NULL, *ref = NULL;
 	fj_rt_nvprog *nv = NULL; /* before any goto done */
+	fj_nvptx_emu *emu = NULL;
 	fj_rt_tensor *in = NULL, *out = NULL, *refout = NULL;
 	const fj_rt_tensor **inp = NULL;
 	const char **origin = NULL;
@@ -944,10 +1100,6 @@ int fj_run_main(int argc, char **argv)
 		use_nv = true;
 	} else {
 		errorf("unknown executor '%s' (expected auto, host, aten or nvptx)", o.executor);
-		goto done;
-	}
-	if (o.train && use_nv) {
-		errorf("--train runs on host or aten in this build (the nvptx executor runs inference graphs)");
 		goto done;
 	}
 	if (o.ntangents && !o.train) {
@@ -1009,8 +1161,23 @@ int fj_run_main(int argc, char **argv)
 		if (!g)
 			g = m->graphs[0];
 	}
+	if (strcmp(o.executor, "auto") == 0 && fj_cu_usable(ctx)) {
+		ex = FJ_RT_EXEC_ATEN;
+		exname = "nvptx";
+		use_nv = true;
+	}
+	if (use_nv && (st = nv_open(ctx, &emu)) != FJ_OK) {
+		report(ctx, st);
+		goto done;
+	}
+	if (o.bench && emu) { /* before a slow emulated run */
+		errorf("--bench needs the CUDA device (it times kernels with CUDA events), not "
+		       "FUSEJIT_NVPTX_DEVICE=emulator");
+		goto done;
+	}
+	const executor exr = {ex, exname, use_nv, emu};
 	if (o.train) {
-		rc = run_train(ctx, m, g->name, &o, ex, exname);
+		rc = run_train(ctx, m, g->name, &o, &exr);
 		goto done;
 	}
 	nparams = g->nparams;
@@ -1057,13 +1224,8 @@ int fj_run_main(int argc, char **argv)
 		origin[i] = o.inputs[k].value;
 	}
 
-	if (strcmp(o.executor, "auto") == 0 && !o.train && fj_cu_usable(ctx)) {
-		ex = FJ_RT_EXEC_ATEN;
-		exname = "nvptx";
-		use_nv = true;
-	}
 	double c0 = now_ms();
-	st = use_nv ? fj_rt_nvptx_create(ctx, g, &nv) : FJ_OK;
+	st = use_nv ? nv_create(ctx, &exr, g, &nv) : FJ_OK;
 	double compile_cold = now_ms() - c0;
 	if (st == FJ_OK)
 		st = fj_rt_program_create(ctx, g, ex, &prog);
@@ -1152,19 +1314,8 @@ int fj_run_main(int argc, char **argv)
 	}
 
 	bench_result br = {0};
-	if (o.bench && use_nv) {
-		fj_rt_nvptx_bench_result nb;
-		st = fj_rt_nvptx_bench(nv, inp, &nb);
-		br.median_ms = nb.median_ms;
-		br.copy_ms = nb.copy_ms;
-		br.reps = nb.reps;
-		br.bytes = nb.bytes;
-		if (st != FJ_OK) {
-			report(ctx, st);
-			goto done;
-		}
-	} else if (o.bench) {
-		st = bench(ctx, prog, inp, out, &br);
+	if (o.bench) {
+		st = use_nv ? bench_nv(nv, inp, &br) : bench(ctx, prog, inp, out, &br);
 		if (st != FJ_OK) {
 			report(ctx, st);
 			goto done;
@@ -1176,7 +1327,7 @@ int fj_run_main(int argc, char **argv)
 		fj_rt_nvprog *nv_again = NULL;
 		double w0 = now_ms();
 		if (use_nv)
-			st = fj_rt_nvptx_create(ctx, g, &nv_again);
+			st = nv_create(ctx, &exr, g, &nv_again);
 		else
 			st = fj_rt_program_create(ctx, g, ex, &again);
 		compile_warm = now_ms() - w0;
@@ -1339,6 +1490,7 @@ done:
 	fj_rt_program_destroy(prog);
 	fj_rt_program_destroy(ref);
 	fj_rt_nvptx_destroy(nv);
+	fj_nvptx_emu_destroy(emu); /* after the programs: their kernels live in it */
 	fj_module_destroy(m);
 	fj_context_destroy(ctx);
 	for (size_t k = 0; o.inputs && k < o.ninputs; k++)

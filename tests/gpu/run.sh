@@ -3,7 +3,8 @@
 # network there): unpacks the kit built by scripts/build-gpu.sh, runs every
 # golden case on --executor=nvptx against its .npy goldens (and against the
 # aten reference in the same process, --check=aten), then the GPU benchmarks
-# with --bench, and prints a short table last. Budget: under 4 minutes.
+# with --bench (inference, and a few forward graphs with --train: forward and
+# backward timed together), and prints a short table last. Budget: under 4 minutes.
 #
 #   tests/gpu/run.sh [KIT.tar.xz | DIR-with-fusejit-run] [--executor=nvptx] [--quick]
 #
@@ -95,6 +96,7 @@ bench() { # name file --dim args...
 		cgbps=$(grep -o '"memcpy_gbps": [^,}]*' "$work/b.json" | sed 's/.*: //')
 		ratio=$(grep -o '"memcpy_ratio": [^,}]*' "$work/b.json" | sed 's/.*: //')
 		cold=$(grep -o '"cold": [^,}]*' "$work/b.json" | sed 's/.*: //')
+		cold=${cold:-nan} # --train reports no compile time
 		printf '%-22s %10.4f %9.1f %9.1f %7.3f %9.1f\n' "$name" "$ms" "$gbps" "$cgbps" "$ratio" "$cold" >>"$work/table"
 	else
 		printf '%-22s FAILED: %s\n' "$name" "$(head -c 200 "$work/b.err")" >>"$work/table"
@@ -107,6 +109,15 @@ bench chain_2^28_f32 chain.fj --dim N=$big
 for dt in f32 f16; do
 	for g in layer_norm layer_norm_bwd rms_norm rms_norm_bwd softmax softmax_bwd; do
 		bench "${g}_$dt" "${g}_$dt.fj" --dim N=$rows
+	done
+done
+# training: @f.fw + @f.bw on the device; f32 also checked against aten (on
+# one core, about 5 s a graph: f16 goes unchecked to keep the budget)
+for dt in f32 f16; do
+	check=--check=aten
+	[ $dt = f16 ] && check=
+	for g in layer_norm softmax; do
+		bench "${g}_${dt}_train" "${g}_$dt.fj" --dim N=$rows --train $check
 	done
 done
 echo
