@@ -117,6 +117,9 @@ class Converter:
         ps = []
         for p in params:
             t = meta_type(p)
+            if t is None and isinstance(p.meta.get("val", p.meta.get("example_value")), getattr(torch, "SymInt", ())):
+                raise UnsupportedOp(["input %s (a symbolic size: dynamic shapes; compile with "
+                                     "torch.compile(..., dynamic=False))" % p.name])
             if t is None or t[0] not in DTYPES:
                 raise UnsupportedOp(["input %s (not a tensor of a supported dtype)" % p.name])
             self.names[p] = _ir_name(p.name)

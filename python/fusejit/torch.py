@@ -10,12 +10,14 @@ compiles the forward and the backward graph (`fw_compiler`, `bw_compiler`).
     m = fjt.aot_fusejit_module(model, executor="host")  # functorch.compile.aot_module
 
 With PyTorch 2.x, importing this module registers torch.compile backends
-"fusejit" (executor auto), "fusejit_nvprims_nvfuser" (auto) and
-"fusejit_nvprims_aten" (the aten reference executor, for debugging); the names
-differ from PyTorch's own "nvprims_nvfuser"/"nvprims_aten" on purpose. There,
-AOTAutograd's default min-cut partitioner splits the graph and fusejit
-compiles both halves. Executors: auto (default), host, nvptx, aten. Tensors
-must live on the CPU for host and aten.
+"fusejit" (executor auto), "fusejit_host" (host), and, like PyTorch's old
+nvFuser pair, "nvprims_nvfuser" (auto) and "nvprims_aten" (the aten reference
+executor, for debugging) where PyTorch no longer registers those names
+themselves ("fusejit_nvprims_nvfuser" / "fusejit_nvprims_aten" always). There,
+AOTAutograd's min-cut partitioner (min_cut_rematerialization_partition) splits
+the graph and fusejit compiles both halves (see default_partition_fn).
+Executors: auto (default), host, nvptx, aten. Tensors must live on the CPU for
+host and aten.
 """
 import functools
 import threading
@@ -209,11 +211,15 @@ def _make_backend(executor):
     def backend(gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
         return aot_autograd(fw_compiler=functools.partial(fw_compiler, executor=executor),
-                            bw_compiler=functools.partial(bw_compiler, executor=executor))(gm, example_inputs)
+                            bw_compiler=functools.partial(bw_compiler, executor=executor),
+                            partition_fn=default_partition_fn(executor))(gm, example_inputs)
     return backend
 
 
-BACKENDS = {"fusejit": "auto", "fusejit_nvprims_nvfuser": "auto", "fusejit_nvprims_aten": "aten"}
+# name -> executor. The nvprims_* names are PyTorch's old nvFuser backends'
+# (gone from PyTorch 2.x's registry); they are registered only where free.
+BACKENDS = {"fusejit": "auto", "fusejit_host": "host", "nvprims_nvfuser": "auto", "nvprims_aten": "aten",
+            "fusejit_nvprims_nvfuser": "auto", "fusejit_nvprims_aten": "aten"}
 
 
 def register_backends():
@@ -221,15 +227,18 @@ def register_backends():
     this PyTorch has no dynamo backend registry."""
     try:
         from torch._dynamo import register_backend
-        from torch._dynamo.backends.registry import list_backends  # noqa: F401
+        from torch._dynamo.backends.registry import list_backends
     except Exception:
         return []
     names = []
+    taken = set(list_backends(exclude_tags=()))
     for name, ex in BACKENDS.items():
+        if name in taken:
+            continue  # PyTorch's own, or registered by an earlier import
         try:
             register_backend(name=name)(_make_backend(ex))
         except Exception:
-            pass  # already registered
+            continue
         names.append(name)
     return names
 
