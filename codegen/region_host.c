@@ -23,10 +23,13 @@
  *       elements added to f64 accumulators: "blocked reduction passes"),
  *       then the row's outputs
  *       (R-shaped ones at once, D-shaped ones in one more pass over the row,
- *       which is in cache).
+ *       which is in cache; large ones streamed out with non-temporal stores:
+ *       ntplan). A value a later pass needs again is kept in an output's
+ *       row or a stack row buffer (rowcache).
  *   reduction_outer / persistent_outer (D's innermost dim is kept)
- *       parallel over R; R is walked in tiles of up to 256 neighbouring
- *       points along its innermost dim; per tile, accumulator arrays (one
+ *       parallel over R; R is walked in tiles of up to 2048 neighbouring
+ *       points along its innermost dim, the lines of rows 8 ahead
+ *       prefetched; per tile, accumulator arrays (one
  *       element per point) are updated by loops over K outside and the tile
  *       inside (unit stride: vectorised), then the outputs.
  *   matmul
@@ -697,10 +700,132 @@ static void rc_unbind(hctx *h, const rowcache *rc)
 		fj_rg_bind(&h->r, rc->v[k], NULL);
 }
 
+/* Streaming the row's D-shaped outputs. A plain store to a line that is not
+ * in cache first reads it (read for ownership): a row kernel that reads x
+ * and writes y moves 3 bytes for every 2 it must. When an output is large
+ * (it will not stay in cache anyway) and its rows are 64-byte aligned, the
+ * output pass writes the row into a stack buffer (L1) and a copy loop then
+ * moves it out with non-temporal 64-byte stores, which skip that read. The
+ * kernel ends with a fence: non-temporal stores are weakly ordered. */
+enum { NTBUF = 16384, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
+
+typedef struct ntplan {
+	int n;
+	uint32_t out[MAXNT];      /* output indices */
+	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
+	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
+} ntplan;
+
+/* Plans streaming for the outputs that qualify when K is D's innermost dim
+ * alone (a row is contiguous) and no cached value lives in them. */
+static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
+{
+	fj_cg *cg = h->cg;
+	const fj_rg_analysis *a = h->a;
+	int dr = a->dom->rank;
+	nt->n = 0;
+	if (a->kmask != 1u << (dr - 1))
+		return;
+	for (uint32_t j = 0; j < h->k->nout && nt->n < MAXNT; j++) {
+		const fj_cg_tensor *o = &h->out[j];
+		bool scratch = false;
+		for (int k = 0; k < rc->n; k++)
+			scratch |= rc->out[k] == o;
+		if (out_class(h, j) != OUT_D || !a->vals[h->body->results[j]].in_d || scratch || o->rank != dr)
+			continue;
+		LLVMValueRef buf = fj_cg_var(cg, LLVMArrayType(cg->t_i8, NTBUF), NULL, "ntbuf");
+		LLVMSetAlignment(buf, 64);
+		nt->out[nt->n] = j;
+		nt->buf[nt->n++] = buf;
+	}
+	if (!nt->n)
+		return;
+	LLVMValueRef ok = LLVMConstInt(cg->t_i1, 1, 0);
+	for (int i = 0; i < nt->n; i++) {
+		const fj_cg_tensor *o = &h->out[nt->out[i]];
+		LLVMValueRef es = c64(h, (int64_t)fj_dtype_size(o->dtype));
+		LLVMValueRef rowb = LLVMBuildNSWMul(BB, o->dim[dr - 1], es, "");
+		LLVMValueRef addr = LLVMBuildPtrToInt(BB, o->ptr, cg->t_i64, "");
+		LLVMValueRef c[4] = {
+			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, addr, c64(h, 63), ""), c64(h, 0), ""),
+			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, rowb, c64(h, 63), ""), c64(h, 0), ""),
+			LLVMBuildICmp(BB, LLVMIntSLE, rowb, c64(h, NTBUF), ""),
+			LLVMBuildICmp(BB, LLVMIntSGE, LLVMBuildNSWMul(BB, o->numel, es, ""), c64(h, NT_MIN_BYTES), ""),
+		};
+		for (int k = 0; k < 4; k++)
+			ok = LLVMBuildAnd(BB, ok, c[k], "");
+	}
+	nt->ok = ok;
+}
+
+/* Copies the row at idx (K index ignored) of each planned output from its
+ * buffer with non-temporal 64-byte stores. */
+static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx)
+{
+	fj_cg *cg = h->cg;
+	int dr = h->a->dom->rank;
+	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
+	unsigned mdk = LLVMGetMDKindIDInContext(cg->llctx, "nontemporal", 11);
+	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(cg->t_i32, 1, 0));
+	LLVMValueRef md = LLVMMetadataAsValue(cg->llctx, LLVMMDNodeInContext2(cg->llctx, &one, 1));
+	for (int i = 0; i < nt->n; i++) {
+		const fj_cg_tensor *o = &h->out[nt->out[i]];
+		LLVMValueRef at[FJ_MAX_RANK];
+		memcpy(at, idx, sizeof at);
+		at[dr - 1] = c64(h, 0);
+		LLVMValueRef row = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr,
+		                                         (LLVMValueRef[]){fj_cg_offset(cg, o, at)}, 1, "");
+		LLVMValueRef n = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, o->dim[dr - 1], c64(h, (int64_t)fj_dtype_size(o->dtype)), ""),
+		                               c64(h, 64), "");
+		fj_cg_loop l;
+		fj_cg_loop_begin(cg, &l, c64(h, 0), n, "nt");
+		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[i], &l.iv, 1, "");
+		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, row, &l.iv, 1, "");
+		LLVMValueRef v = LLVMBuildLoad2(BB, vty, src, "");
+		LLVMSetAlignment(v, 64);
+		LLVMValueRef st = LLVMBuildStore(BB, v, dst);
+		LLVMSetAlignment(st, 64);
+		LLVMSetMetadata(st, mdk, md);
+		fj_cg_loop_end(cg, &l);
+	}
+}
+
+/* The D-output pass of a row: every D-shaped output at every K point (nt:
+ * the outputs it plans are written to their row buffers instead). */
+static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+{
+	fj_rg *r = &h->r;
+	int dr = h->a->dom->rank;
+	fj_cg_tensor saved[MAXNT];
+	for (int i = 0; nt && i < nt->n; i++) {
+		/* a view of the buffer that the row's own offsets index: its base
+		 * is the buffer minus the row's offset (not in bounds: no inbounds) */
+		fj_cg_tensor *o = &h->out[nt->out[i]];
+		saved[i] = *o;
+		LLVMValueRef at[FJ_MAX_RANK];
+		memcpy(at, idx, sizeof at);
+		at[dr - 1] = c64(h, 0);
+		LLVMValueRef back = LLVMBuildNeg(BB, fj_cg_offset(h->cg, o, at), "");
+		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
+	}
+	knest kn;
+	knest_begin(h, &kn, idx);
+	fj_rg_scope_push(r);
+	rc_bind(h, rc, h->a->nphases, rc ? kpos(h, idx) : NULL, idx);
+	fj_rg_point p;
+	fj_rg_point_idx(&p, dr, idx);
+	store_outputs(h, OUT_D, &p);
+	rc_unbind(h, rc);
+	fj_rg_scope_pop(r);
+	knest_end(h, &kn, true);
+	for (int i = 0; nt && i < nt->n; i++)
+		h->out[nt->out[i]] = saved[i];
+}
+
 /* One row: the reduction passes, then the outputs. rc: NULL, or the values
  * to keep in the row buffer. */
 static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef *ridx, int nk, LLVMValueRef row,
-                      LLVMValueRef count, const rowcache *rc)
+                      LLVMValueRef count, const rowcache *rc, const ntplan *nt)
 {
 	fj_rg *r = &h->r;
 	const fj_rg_analysis *a = h->a;
@@ -743,18 +868,19 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 		pr.lin = row;
 		store_outputs(h, OUT_R, &pr);
 	}
-	/* D-sized outputs: one more pass over the row (in cache) */
+	/* D-sized outputs: one more pass over the row (in cache), streamed out
+	 * when the plan says so */
 	if (has_outputs(h, OUT_D)) {
-		knest kn;
-		knest_begin(h, &kn, idx);
-		fj_rg_scope_push(r);
-		rc_bind(h, rc, a->nphases, rc ? kpos(h, idx) : NULL, idx);
-		fj_rg_point p;
-		fj_rg_point_idx(&p, dr, idx);
-		store_outputs(h, OUT_D, &p);
-		rc_unbind(h, rc);
-		fj_rg_scope_pop(r);
-		knest_end(h, &kn, true);
+		fj_cg_if c;
+		if (nt->n) {
+			fj_cg_if_begin(h->cg, &c, nt->ok);
+			output_pass(h, rc, idx, nt);
+			nt_copy(h, nt, idx);
+			fj_cg_if_else(h->cg, &c);
+		}
+		output_pass(h, rc, idx, NULL);
+		if (nt->n)
+			fj_cg_if_end(h->cg, &c);
 	}
 	fj_rg_scope_pop(r);
 }
@@ -770,6 +896,8 @@ static void tpl_inner(hctx *h)
 		fj_rg_acc_init(r, a->reds[i], &accs[i]);
 	rowcache rc;
 	rowcache_plan(h, &rc);
+	ntplan nt;
+	ntplan_make(h, &nt, &rc);
 	bool par = pick_par_r(h);
 	LLVMValueRef rlo, rhi;
 	row_range(h, par, &rlo, &rhi);
@@ -795,13 +923,15 @@ static void tpl_inner(hctx *h)
 		fj_cg_unravel(cg, lr.iv, rdims, nk, ridx);
 		for (int i = 0; i < nk; i++)
 			idx[kd[i]] = ridx[i];
-		inner_row(h, accs, idx, ridx, nk, lr.iv, count, version == 0 ? &rc : NULL);
+		inner_row(h, accs, idx, ridx, nk, lr.iv, count, version == 0 ? &rc : NULL, &nt);
 		fj_cg_loop_end(cg, &lr);
 		if (version == 0 && rc.nstack)
 			fj_cg_if_else(cg, &c);
 	}
 	if (rc.nstack)
 		fj_cg_if_end(cg, &c);
+	if (nt.n) /* the streamed rows are visible before the call returns */
+		LLVMBuildFence(BB, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
 }
 
 /* ---- reductions across rows (D's innermost dim kept): tiles of R ---- */
