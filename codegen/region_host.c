@@ -704,9 +704,10 @@ static void rc_unbind(hctx *h, const rowcache *rc)
  * in cache first reads it (read for ownership): a row kernel that reads x
  * and writes y moves 3 bytes for every 2 it must. When an output is large
  * (it will not stay in cache anyway) and its rows are 64-byte aligned, the
- * output pass writes the row into a stack buffer (L1) and a copy loop then
- * moves it out with non-temporal 64-byte stores, which skip that read. The
- * kernel ends with a fence: non-temporal stores are weakly ordered. */
+ * output pass writes the row, NTBUF bytes at a time, into a stack buffer
+ * (L1) and a copy loop then moves each chunk out with non-temporal 64-byte
+ * stores, which skip that read. The kernel ends with a fence: non-temporal
+ * stores are weakly ordered. */
 enum { NTBUF = 16384, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
 
 typedef struct ntplan {
@@ -714,6 +715,7 @@ typedef struct ntplan {
 	uint32_t out[MAXNT];      /* output indices */
 	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
 	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
+	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
 } ntplan;
 
 /* Plans streaming for the outputs that qualify when K is D's innermost dim
@@ -741,26 +743,29 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
 	if (!nt->n)
 		return;
 	LLVMValueRef ok = LLVMConstInt(cg->t_i1, 1, 0);
+	nt->chunk = NTBUF;
 	for (int i = 0; i < nt->n; i++) {
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
-		LLVMValueRef es = c64(h, (int64_t)fj_dtype_size(o->dtype));
+		int64_t esz = (int64_t)fj_dtype_size(o->dtype);
+		if (NTBUF / esz < nt->chunk)
+			nt->chunk = NTBUF / esz;
+		LLVMValueRef es = c64(h, esz);
 		LLVMValueRef rowb = LLVMBuildNSWMul(BB, o->dim[dr - 1], es, "");
 		LLVMValueRef addr = LLVMBuildPtrToInt(BB, o->ptr, cg->t_i64, "");
-		LLVMValueRef c[4] = {
+		LLVMValueRef c[3] = {
 			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, addr, c64(h, 63), ""), c64(h, 0), ""),
 			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, rowb, c64(h, 63), ""), c64(h, 0), ""),
-			LLVMBuildICmp(BB, LLVMIntSLE, rowb, c64(h, NTBUF), ""),
 			LLVMBuildICmp(BB, LLVMIntSGE, LLVMBuildNSWMul(BB, o->numel, es, ""), c64(h, NT_MIN_BYTES), ""),
 		};
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < 3; k++)
 			ok = LLVMBuildAnd(BB, ok, c[k], "");
 	}
 	nt->ok = ok;
 }
 
-/* Copies the row at idx (K index ignored) of each planned output from its
- * buffer with non-temporal 64-byte stores. */
-static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx)
+/* Copies elements [lo, hi) of the row at idx of each planned output from
+ * its buffer with non-temporal 64-byte stores. */
+static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx, LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_cg *cg = h->cg;
 	int dr = h->a->dom->rank;
@@ -772,15 +777,15 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx)
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
 		LLVMValueRef at[FJ_MAX_RANK];
 		memcpy(at, idx, sizeof at);
-		at[dr - 1] = c64(h, 0);
-		LLVMValueRef row = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr,
-		                                         (LLVMValueRef[]){fj_cg_offset(cg, o, at)}, 1, "");
-		LLVMValueRef n = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, o->dim[dr - 1], c64(h, (int64_t)fj_dtype_size(o->dtype)), ""),
-		                               c64(h, 64), "");
+		at[dr - 1] = lo;
+		LLVMValueRef off = fj_cg_offset(cg, o, at);
+		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &off, 1, "");
+		LLVMValueRef bytes = LLVMBuildNSWMul(BB, LLVMBuildNSWSub(BB, hi, lo, ""),
+		                                     c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
 		fj_cg_loop l;
-		fj_cg_loop_begin(cg, &l, c64(h, 0), n, "nt");
+		fj_cg_loop_begin(cg, &l, c64(h, 0), LLVMBuildSDiv(BB, bytes, c64(h, 64), ""), "nt");
 		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[i], &l.iv, 1, "");
-		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, row, &l.iv, 1, "");
+		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, dst0, &l.iv, 1, "");
 		LLVMValueRef v = LLVMBuildLoad2(BB, vty, src, "");
 		LLVMSetAlignment(v, 64);
 		LLVMValueRef st = LLVMBuildStore(BB, v, dst);
@@ -790,26 +795,35 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx)
 	}
 }
 
-/* The D-output pass of a row: every D-shaped output at every K point (nt:
- * the outputs it plans are written to their row buffers instead). */
-static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+/* The D-output pass of a row: every D-shaped output at every K point, or,
+ * with nt, at the points [lo, hi) of the innermost (only) K dim, the
+ * outputs nt plans written to their buffers (element lo at byte 0). */
+static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, LLVMValueRef lo,
+                        LLVMValueRef hi)
 {
 	fj_rg *r = &h->r;
 	int dr = h->a->dom->rank;
 	fj_cg_tensor saved[MAXNT];
 	for (int i = 0; nt && i < nt->n; i++) {
 		/* a view of the buffer that the row's own offsets index: its base
-		 * is the buffer minus the row's offset (not in bounds: no inbounds) */
+		 * is the buffer minus the offset of element lo (not in bounds: no
+		 * inbounds) */
 		fj_cg_tensor *o = &h->out[nt->out[i]];
 		saved[i] = *o;
 		LLVMValueRef at[FJ_MAX_RANK];
 		memcpy(at, idx, sizeof at);
-		at[dr - 1] = c64(h, 0);
+		at[dr - 1] = lo;
 		LLVMValueRef back = LLVMBuildNeg(BB, fj_cg_offset(h->cg, o, at), "");
 		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
 	}
 	knest kn;
-	knest_begin(h, &kn, idx);
+	fj_cg_loop l;
+	if (nt) {
+		fj_cg_loop_begin(h->cg, &l, lo, hi, "k");
+		idx[dr - 1] = l.iv;
+	} else {
+		knest_begin(h, &kn, idx);
+	}
 	fj_rg_scope_push(r);
 	rc_bind(h, rc, h->a->nphases, rc ? kpos(h, idx) : NULL, idx);
 	fj_rg_point p;
@@ -817,9 +831,29 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	store_outputs(h, OUT_D, &p);
 	rc_unbind(h, rc);
 	fj_rg_scope_pop(r);
-	knest_end(h, &kn, true);
+	if (nt) {
+		fj_cg_loop_end(h->cg, &l);
+		vector_width(h, &l, 0);
+	} else {
+		knest_end(h, &kn, true);
+	}
 	for (int i = 0; nt && i < nt->n; i++)
 		h->out[nt->out[i]] = saved[i];
+}
+
+/* The D-output pass of a row streamed: chunks of the row written to the
+ * buffers, each copied out before the next. */
+static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+{
+	int dr = h->a->dom->rank;
+	LLVMValueRef n = fj_rg_dim(&h->r, h->a->dom_v, dr - 1);
+	fj_cg_loop lc;
+	fj_cg_loop_begin(h->cg, &lc, c64(h, 0), n, "chunk");
+	lc.step = c64(h, nt->chunk);
+	LLVMValueRef hi = imin(h, LLVMBuildNSWAdd(BB, lc.iv, c64(h, nt->chunk), ""), n);
+	output_pass(h, rc, idx, nt, lc.iv, hi);
+	nt_copy(h, nt, idx, lc.iv, hi);
+	fj_cg_loop_end(h->cg, &lc);
 }
 
 /* One row: the reduction passes, then the outputs. rc: NULL, or the values
@@ -874,11 +908,10 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 		fj_cg_if c;
 		if (nt->n) {
 			fj_cg_if_begin(h->cg, &c, nt->ok);
-			output_pass(h, rc, idx, nt);
-			nt_copy(h, nt, idx);
+			output_pass_nt(h, rc, idx, nt);
 			fj_cg_if_else(h->cg, &c);
 		}
-		output_pass(h, rc, idx, NULL);
+		output_pass(h, rc, idx, NULL, NULL, NULL);
 		if (nt->n)
 			fj_cg_if_end(h->cg, &c);
 	}
