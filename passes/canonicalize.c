@@ -25,7 +25,9 @@
  *   - layout: broadcast_in_dim, reshape and transpose of themselves compose;
  *     reshape to the same shape, identity transpose, broadcast_in_dim to the
  *     same shape, full slice, squeeze/rev of nothing, one-operand cat, zero
- *     pad are removed.
+ *     pad are removed;
+ *   - gather of a pointwise prim -> the prim of gathers (push_gather): a
+ *     loss reading a log_softmax at its targets computes it there only.
  * Values used by a fusion.kernel are pinned (copied as they are), so a
  * kernel's operands keep their names; bodies are left alone.
  *
@@ -33,8 +35,10 @@
  * keeps its type and name. Complexity: O(nodes) per sweep with hashing; the
  * number of sweeps is bounded by the graph's depth of simplifications. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "ir/build.h"
 #include "passes/pass.h"
 #include "passes/rebuild.h"
 
@@ -408,6 +412,99 @@ static bool same_shape(const fj_type *a, const fj_type *b)
 
 /* Tries the rules on node n (single-result prim) with new operands s->opnds.
  * REPL: *repl is the value to use; SPEC: s was rewritten; NONE. */
+/* Names the results of the nodes built from n0 on `hint`_g<k>, with names
+ * neither graph uses (the builder's own names could clash with values the
+ * sweep copies later). */
+static fj_status name_built(canon *c, uint32_t n0, const char *hint)
+{
+	fj_graph *g = G(c);
+	char buf[160];
+	uint32_t k = 0;
+	for (uint32_t i = n0; i < g->nnodes; i++)
+		for (uint32_t r = 0; r < g->nodes[i].nres; r++) {
+			size_t len;
+			do {
+				snprintf(buf, sizeof buf, "%.120s_g%u", hint, k++);
+				len = strlen(buf);
+			} while (fj_graph_find_value(g, buf, len) != FJ_NOVAL ||
+			         fj_graph_find_value(c->rb.old, buf, len) != FJ_NOVAL);
+			if (fj_graph_rename_value(g, g->nodes[i].res[r], buf))
+				return FJ_ERR_NOMEM;
+		}
+	return FJ_OK;
+}
+
+/* Does broadcast node bn (result of a's shape) repeat its operand along dim
+ * (dim not one of its broadcast_dims, or mapped from a size-1 dim)? */
+static bool constant_along(canon *c, const fj_node *bn, int64_t dim)
+{
+	const fj_attr *bd = nattr(c, bn, "broadcast_dims");
+	const fj_type *at = ty(c, bn->opnds[0]);
+	for (uint32_t i = 0; bd && i < bd->n; i++)
+		if (bd->u.items[i].u.i == dim && !(i < (uint32_t)at->rank && at->dims[i] == 1))
+			return false;
+	return bd != NULL;
+}
+
+/* gather(p(x, y, ..), index) {dim} -> p(gather(x, index), .. ) for a
+ * pointwise prim p: p is computed at the gathered points only (a loss that
+ * reads a log_softmax at the targets no longer needs the whole log_softmax
+ * written; the kernels then keep just its per-row statistics). An operand
+ * that a broadcast repeats along dim (a per-row value) is broadcast to the
+ * index's shape instead of gathered; literals stay. The index must cover
+ * a in every other dim (then out[.., j, ..] reads the same row of a). */
+static int push_gather(canon *c, const fj_node *n, spec *s)
+{
+	fj_vid a = s->opnds[0], index = s->opnds[1];
+	const fj_node *pn = def(c, a);
+	const fj_attr *da = attr_eff(c, n->op, s->attrs, "dim");
+	if (!pn || !da || pn->nres != 1 || pn->nograd || pn->body || pn->nopnds > 3 ||
+	    !(fj_op_info(c->ctx, pn->op)->flags & FJ_OPF_POINTWISE) || !(fj_op_info(c->ctx, pn->op)->flags & FJ_OPF_PRIMS))
+		return NONE;
+	const fj_type *at = ty(c, a), *it = ty(c, index);
+	int64_t dim = da->u.i < 0 ? da->u.i + at->rank : da->u.i;
+	if (at->rank != it->rank || dim < 0 || dim >= at->rank)
+		return NONE;
+	for (int d = 0; d < at->rank; d++)
+		if (d != dim && at->dims[d] != it->dims[d])
+			return NONE;
+	fj_builder b;
+	fj_builder_init(&b, G(c), n->loc);
+	uint32_t n0 = G(c)->nnodes;
+	fj_vid ops[3];
+	for (uint32_t i = 0; i < pn->nopnds; i++) {
+		fj_vid o = pn->opnds[i];
+		const fj_node *on = def(c, o);
+		if (G(c)->values[o].kind == FJ_VK_LITERAL) {
+			ops[i] = o;
+		} else if (!same_shape(ty(c, o), at)) {
+			return NONE; /* before any node is built */
+		} else if (on && on->op == FJ_OP_PRIMS_BROADCAST_IN_DIM && constant_along(c, on, dim)) {
+			fj_attr items[FJ_MAX_RANK];
+			for (int k = 0; k < it->rank; k++)
+				items[k] = fj_dim_is_static(it->dims[k]) ? fj_attr_int(it->dims[k])
+				                                         : (fj_attr){.kind = FJ_AK_DIM, .u.dim = it->dims[k]};
+			fj_named_attr ba[2] = {{"shape", fj_attr_list(G(c), items, (uint32_t)it->rank)},
+			                       {"broadcast_dims", *nattr(c, on, "broadcast_dims")}};
+			ops[i] = fj_b_op1(&b, FJ_OP_PRIMS_BROADCAST_IN_DIM, &on->opnds[0], 1, ba, 2);
+		} else {
+			fj_named_attr ga = {"dim", fj_attr_int(dim)};
+			ops[i] = fj_b_op1(&b, FJ_OP_PRIMS_GATHER, (fj_vid[]){o, index}, 2, &ga, 1);
+		}
+	}
+	if (fj_b_status(&b) != FJ_OK || name_built(c, n0, c->rb.old->values[n->res[0]].name) != FJ_OK)
+		return NONE; /* the built nodes are dead: the next sweep drops them */
+	const fj_opinfo *pi = fj_op_info(c->ctx, pn->op);
+	s->op = pn->op;
+	s->nopnds = pn->nopnds;
+	for (uint32_t i = 0; i < pn->nopnds; i++)
+		s->opnds[i] = ops[i];
+	if (pi->nattrs)
+		memcpy(s->attrs, pn->attrs, pi->nattrs * sizeof *s->attrs);
+	c->nsimp++;
+	return SPEC;
+}
+
 static int simplify(canon *c, const fj_node *n, spec *s, fj_vid *repl)
 {
 	fj_op op = n->op;
@@ -597,6 +694,8 @@ static int simplify(canon *c, const fj_node *n, spec *s, fj_vid *repl)
 		if (s->nopnds == 1)
 			return *repl = a, REPL;
 		break;
+	case FJ_OP_PRIMS_GATHER:
+		return push_gather(c, n, s);
 	default: break;
 	}
 	return NONE;
