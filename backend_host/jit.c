@@ -49,6 +49,7 @@ struct fj_host_jit {
 	LLVMOrcLLJITRef jit;
 	LLVMTargetMachineRef tm; /* for the optimisation pipeline */
 	char *triple, *cpu, *features;
+	fj_cg_target target;     /* host_target with the vector width of these features */
 	cache_entry *tab;
 	uint32_t cap, count;
 };
@@ -97,9 +98,17 @@ static LLVMValueRef host_region_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *arg
 	return v ? v : host_math(cg, fn, args);
 }
 
-/* vector_bits 0: the vectoriser picks the width from the host target machine
- * (AVX2: 8 x f32, AVX-512: 16 x f32). */
+/* vector_bits: set per JIT from its CPU features (vector_bits_of). */
 static const fj_cg_target host_target = {.name = "host", .math = host_math, .region_math = host_region_math};
+
+static int vector_bits_of(const char *features)
+{
+	if (features && strstr(features, "+avx512f"))
+		return 512;
+	if (features && strstr(features, "+avx2"))
+		return 256;
+	return 128;
+}
 
 /* ---- creation and destruction ---- */
 
@@ -154,6 +163,8 @@ static fj_status jit_create(fj_context *ctx, void **out)
 	j->triple = LLVMGetDefaultTargetTriple();
 	j->cpu = LLVMGetHostCPUName();
 	j->features = LLVMGetHostCPUFeatures();
+	j->target = host_target;
+	j->target.vector_bits = vector_bits_of(j->features);
 	fj_status st = FJ_ERR_INTERNAL;
 	LLVMTargetMachineRef jtm = make_tm(j);
 	j->tm = make_tm(j);
@@ -342,7 +353,7 @@ static fj_status build_objects(fj_host_jit *j, const fj_graph *g, const fj_buf *
 	LLVMContextRef llctx = LLVMContextCreate();
 	LLVMModuleRef mod = new_module(j, llctx);
 	fj_cg cg;
-	fj_cg_init(&cg, ctx, &host_target, llctx, mod);
+	fj_cg_init(&cg, ctx, &j->target, llctx, mod);
 	for (uint32_t p = 0; p < npend && st == FJ_OK; p++)
 		st = fj_cg_emit_node_kernel(&cg, g, pend[p].node, pend[p].name, &pend[p].k.par_out, &pend[p].k.par_mask);
 	fj_cg_dispose(&cg);
@@ -498,7 +509,7 @@ fj_status fj_host_emit_llvm(fj_context *ctx, const fj_graph *g, fj_buf *b)
 	LLVMContextRef llctx = LLVMContextCreate();
 	LLVMModuleRef mod = new_module(j, llctx);
 	fj_cg cg;
-	fj_cg_init(&cg, ctx, &host_target, llctx, mod);
+	fj_cg_init(&cg, ctx, &j->target, llctx, mod);
 	for (uint32_t i = 0; i < g->nnodes && st == FJ_OK; i++) {
 		if (!fj_cg_node_emitter(g->nodes[i].op))
 			continue;

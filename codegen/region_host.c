@@ -120,11 +120,17 @@ static void vector_width(hctx *h, fj_cg_loop *l, int interleave)
 {
 	fj_cg *cg = h->cg;
 	int bits = cg->target->vector_bits;
-	bool dbl = false;
-	for (uint32_t v = 0; v < h->body->nvalues; v++)
-		dbl |= h->body->values[v].kind != FJ_VK_LITERAL && (h->body->values[v].type.dtype == FJ_DT_F64 ||
-		                                                    h->body->values[v].type.dtype == FJ_DT_I64);
-	int width = bits && h->vec ? bits / (dbl ? 64 : 32) : 0;
+	bool dbl = false, half = false;
+	for (uint32_t v = 0; v < h->body->nvalues; v++) {
+		fj_dtype dt = h->body->values[v].type.dtype;
+		bool lit = h->body->values[v].kind == FJ_VK_LITERAL;
+		dbl |= !lit && (dt == FJ_DT_F64 || dt == FJ_DT_I64);
+		half |= !lit && (dt == FJ_DT_F16 || dt == FJ_DT_BF16);
+	}
+	/* The cost model picks full-width vectors for f32 and f64 loops by
+	 * itself; for f16/bf16 data (computed in f32) it picks 4 lanes, the
+	 * conversions priced high: there the register width is asked for. */
+	int width = bits && h->vec && half ? bits / (dbl ? 64 : 32) : 0;
 	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
 	if (!br || (width < 2 && interleave < 2))
 		return;
