@@ -62,7 +62,6 @@
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
-#include <llvm-c/TargetMachine.h>
 
 #include "codegen/emit_common.h"
 #include "codegen/region_matmul.h"
@@ -110,21 +109,6 @@ static LLVMValueRef at(mm *m, LLVMValueRef base, LLVMValueRef off)
 
 /* ---- plan ---- */
 
-/* The host's vector register width, from the CPU features the JIT compiles
- * for (LLVMGetHostCPUFeatures, as backend_host/jit.c): the micro-tile is
- * sized to the register file. */
-static int host_vector_bits(void)
-{
-	char *f = LLVMGetHostCPUFeatures();
-	int bits = 128;
-	if (f && strstr(f, "+avx512f"))
-		bits = 512;
-	else if (f && strstr(f, "+avx2"))
-		bits = 256;
-	LLVMDisposeMessage(f);
-	return bits;
-}
-
 bool fj_rg_host_matmul_handles(const fj_rg_analysis *a)
 {
 	if (a->opaque == FJ_NONODE || a->kmask)
@@ -145,7 +129,9 @@ static void plan(mm *m)
 	m->acc = m->mdt == FJ_DT_F64 ? FJ_DT_F64 : FJ_DT_F32;
 	m->et = fj_cg_compute_type(cg, m->acc);
 	m->esz = m->acc == FJ_DT_F64 ? 8 : 4;
-	int bits = host_vector_bits();
+	/* the register width of the CPU the JIT compiles for (backend_host/jit.c
+	 * sets it from the host's features): the micro-tile fits the register file */
+	int bits = cg->target->vector_bits ? cg->target->vector_bits : 128;
 	m->w = bits / (8 * m->esz);
 	/* accumulators + NRV B vectors + 1 broadcast fit the register file:
 	 * 32 registers with AVX-512 (24 + 2 + 1), 16 otherwise (12 + 2 + 1) */
