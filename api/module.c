@@ -394,9 +394,7 @@ static bool convert_attr(fj_graph_builder *b, const fj_attribute *a, fj_attr *ou
 			return false;
 		}
 		for (int k = 0; k < rank; k++)
-			items[k] = m1[k] ? fj_attr_int(-1)
-			           : fj_dim_is_static(dims[k]) ? fj_attr_int(dims[k])
-			                                       : (fj_attr){.kind = FJ_AK_DIM, .u.dim = dims[k]};
+			items[k] = m1[k] ? fj_attr_int(-1) : fj_attr_size(dims[k]);
 		*out = fj_attr_list(g, items, (uint32_t)rank);
 		return true;
 	}

@@ -652,6 +652,19 @@ fj_attr fj_attr_ints(fj_graph *g, const int64_t *v, uint32_t n)
 	return a;
 }
 
+fj_attr fj_attr_size(fj_dim d)
+{
+	return fj_dim_is_static(d) ? fj_attr_int(d) : (fj_attr){.kind = FJ_AK_DIM, .u.dim = d};
+}
+
+fj_attr fj_attr_shape(fj_graph *g, const fj_dim *dims, int rank)
+{
+	fj_attr items[FJ_MAX_RANK];
+	for (int k = 0; k < rank; k++)
+		items[k] = fj_attr_size(dims[k]);
+	return fj_attr_list(g, items, (uint32_t)rank);
+}
+
 fj_status fj_node_set_attr(fj_graph *g, uint32_t node, const char *name, fj_attr a)
 {
 	fj_node *n = &g->nodes[node];

@@ -388,6 +388,10 @@ fj_attr fj_attr_dtype(fj_dtype dt);
 fj_attr fj_attr_str(fj_graph *g, const char *s); /* kind ABSENT on allocation failure */
 fj_attr fj_attr_list(fj_graph *g, const fj_attr *items, uint32_t n);
 fj_attr fj_attr_ints(fj_graph *g, const int64_t *v, uint32_t n);
+/* A size (an int when static, else the symbolic dim) and a shape (a list of
+ * sizes), as shape-like attributes hold them. */
+fj_attr fj_attr_size(fj_dim d);
+fj_attr fj_attr_shape(fj_graph *g, const fj_dim *dims, int rank);
 /* Sets attribute `name` of node n; FJ_ERR_INVALID when the op has no such attribute. */
 fj_status fj_node_set_attr(fj_graph *g, uint32_t node, const char *name, fj_attr a);
 /* The attribute value in effect: the written one, else the default. */

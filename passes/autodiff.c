@@ -315,11 +315,7 @@ static fj_status autodiff_graph(fj_module *m, uint32_t gi)
 		const fj_value *pv = &f->values[p];
 		fj_b_set_loc(&s.b, pv->loc);
 		if (d == FJ_NOVAL) {
-			fj_attr it[FJ_MAX_RANK];
-			for (int k = 0; k < pv->type.rank; k++)
-				it[k] = fj_dim_is_static(pv->type.dims[k]) ? fj_attr_int(pv->type.dims[k])
-				        : (fj_attr){.kind = FJ_AK_DIM, .u.dim = pv->type.dims[k]};
-			fj_named_attr at[3] = {{"shape", fj_attr_list(g, it, pv->type.rank)},
+			fj_named_attr at[3] = {{"shape", fj_attr_shape(g, pv->type.dims, pv->type.rank)},
 			                       {"value", fj_attr_float(0.0)},
 			                       {"dtype", fj_attr_dtype(pv->type.dtype)}};
 			d = fj_b_op1(&s.b, FJ_OP_PRIMS_FULL, NULL, 0, at, 3);

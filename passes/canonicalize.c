@@ -35,7 +35,6 @@
  * keeps its type and name. Complexity: O(nodes) per sweep with hashing; the
  * number of sweeps is bounded by the graph's depth of simplifications. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "ir/build.h"
@@ -370,13 +369,9 @@ enum { NONE, REPL, SPEC };
 static int make_full(canon *c, spec *s, const fj_type *rt, const cval *v)
 {
 	fj_graph *g = G(c);
-	fj_attr items[FJ_MAX_RANK];
-	for (int k = 0; k < rt->rank; k++)
-		items[k] = fj_dim_is_static(rt->dims[k]) ? fj_attr_int(rt->dims[k])
-		                                         : (fj_attr){.kind = FJ_AK_DIM, .u.dim = rt->dims[k]};
 	s->op = FJ_OP_PRIMS_FULL;
 	s->nopnds = 0;
-	s->attrs[0] = fj_attr_list(g, items, rt->rank);
+	s->attrs[0] = fj_attr_shape(g, rt->dims, rt->rank);
 	s->attrs[1] = fj_dtype_is_float(v->dt) ? fj_attr_float(v->f)
 	              : fj_dtype_is_bool(v->dt) ? fj_attr_bool(v->b) : fj_attr_int(v->i);
 	s->attrs[2] = fj_attr_dtype(rt->dtype);
@@ -412,28 +407,6 @@ static bool same_shape(const fj_type *a, const fj_type *b)
 
 /* Tries the rules on node n (single-result prim) with new operands s->opnds.
  * REPL: *repl is the value to use; SPEC: s was rewritten; NONE. */
-/* Names the results of the nodes built from n0 on `hint`_g<k>, with names
- * neither graph uses (the builder's own names could clash with values the
- * sweep copies later). */
-static fj_status name_built(canon *c, uint32_t n0, const char *hint)
-{
-	fj_graph *g = G(c);
-	char buf[160];
-	uint32_t k = 0;
-	for (uint32_t i = n0; i < g->nnodes; i++)
-		for (uint32_t r = 0; r < g->nodes[i].nres; r++) {
-			size_t len;
-			do {
-				snprintf(buf, sizeof buf, "%.120s_g%u", hint, k++);
-				len = strlen(buf);
-			} while (fj_graph_find_value(g, buf, len) != FJ_NOVAL ||
-			         fj_graph_find_value(c->rb.old, buf, len) != FJ_NOVAL);
-			if (fj_graph_rename_value(g, g->nodes[i].res[r], buf))
-				return FJ_ERR_NOMEM;
-		}
-	return FJ_OK;
-}
-
 /* Does broadcast node bn (result of a's shape) repeat its operand along dim
  * (dim not one of its broadcast_dims, or mapped from a size-1 dim)? */
 static bool constant_along(canon *c, const fj_node *bn, int64_t dim)
@@ -458,8 +431,10 @@ static int push_gather(canon *c, const fj_node *n, spec *s)
 	fj_vid a = s->opnds[0], index = s->opnds[1];
 	const fj_node *pn = def(c, a);
 	const fj_attr *da = attr_eff(c, n->op, s->attrs, "dim");
-	if (!pn || !da || pn->nres != 1 || pn->nograd || pn->body || pn->nopnds > 3 ||
-	    !(fj_op_info(c->ctx, pn->op)->flags & FJ_OPF_POINTWISE) || !(fj_op_info(c->ctx, pn->op)->flags & FJ_OPF_PRIMS))
+	if (!pn || !da || pn->nres != 1 || pn->nograd || pn->body || pn->nopnds > 3)
+		return NONE;
+	const fj_opinfo *pi = fj_op_info(c->ctx, pn->op);
+	if (!(pi->flags & FJ_OPF_POINTWISE) || !(pi->flags & FJ_OPF_PRIMS))
 		return NONE;
 	const fj_type *at = ty(c, a), *it = ty(c, index);
 	int64_t dim = da->u.i < 0 ? da->u.i + at->rank : da->u.i;
@@ -480,11 +455,7 @@ static int push_gather(canon *c, const fj_node *n, spec *s)
 		} else if (!same_shape(ty(c, o), at)) {
 			return NONE; /* before any node is built */
 		} else if (on && on->op == FJ_OP_PRIMS_BROADCAST_IN_DIM && constant_along(c, on, dim)) {
-			fj_attr items[FJ_MAX_RANK];
-			for (int k = 0; k < it->rank; k++)
-				items[k] = fj_dim_is_static(it->dims[k]) ? fj_attr_int(it->dims[k])
-				                                         : (fj_attr){.kind = FJ_AK_DIM, .u.dim = it->dims[k]};
-			fj_named_attr ba[2] = {{"shape", fj_attr_list(G(c), items, (uint32_t)it->rank)},
+			fj_named_attr ba[2] = {{"shape", fj_attr_shape(G(c), it->dims, it->rank)},
 			                       {"broadcast_dims", *nattr(c, on, "broadcast_dims")}};
 			ops[i] = fj_b_op1(&b, FJ_OP_PRIMS_BROADCAST_IN_DIM, &on->opnds[0], 1, ba, 2);
 		} else {
@@ -492,9 +463,8 @@ static int push_gather(canon *c, const fj_node *n, spec *s)
 			ops[i] = fj_b_op1(&b, FJ_OP_PRIMS_GATHER, (fj_vid[]){o, index}, 2, &ga, 1);
 		}
 	}
-	if (fj_b_status(&b) != FJ_OK || name_built(c, n0, c->rb.old->values[n->res[0]].name) != FJ_OK)
+	if (fj_b_status(&b) != FJ_OK || fj_pass_rebuild_name_from(&c->rb, n0, c->rb.old->values[n->res[0]].name, "_g") != FJ_OK)
 		return NONE; /* the built nodes are dead: the next sweep drops them */
-	const fj_opinfo *pi = fj_op_info(c->ctx, pn->op);
 	s->op = pn->op;
 	s->nopnds = pn->nopnds;
 	for (uint32_t i = 0; i < pn->nopnds; i++)

@@ -144,20 +144,6 @@ fj_vid fj_dec_where(fj_dec *d, fj_vid p, fj_vid a, fj_vid b)
 	return fj_dec_op(d, FJ_OP_PRIMS_WHERE, (fj_vid[]){p, a, b}, 3, NULL, 0);
 }
 
-fj_attr fj_dec_size_attr(fj_dim s)
-{
-	if (fj_dim_is_static(s))
-		return fj_attr_int(s);
-	return (fj_attr){.kind = FJ_AK_DIM, .u.dim = s};
-}
-
-fj_attr fj_dec_shape_attr(fj_dec *d, const fj_dim *dims, int rank)
-{
-	fj_attr items[FJ_MAX_RANK + 1];
-	for (int i = 0; i < rank; i++)
-		items[i] = fj_dec_size_attr(dims[i]);
-	return fj_attr_list(d->g, items, (uint32_t)rank);
-}
 
 /* The fill value v (any numeric attribute) in the kind of dtype dt. */
 static fj_attr value_in(const fj_attr *v, fj_dtype dt)
@@ -172,7 +158,7 @@ static fj_attr value_in(const fj_attr *v, fj_dtype dt)
 static fj_vid full_attr(fj_dec *d, const fj_dim *dims, int rank, const fj_attr *value, fj_dtype dt)
 {
 	fj_named_attr at[3] = {
-		{"shape", fj_dec_shape_attr(d, dims, rank)},
+		{"shape", fj_attr_shape(d->g, dims, rank)},
 		{"value", value_in(value, dt)},
 		{"dtype", fj_attr_dtype(dt)},
 	};
@@ -232,7 +218,7 @@ fj_vid fj_dec_bcast_in(fj_dec *d, fj_vid v, const fj_dim *dims, int rank, const 
 	if (same_dims(t, dims, rank))
 		return v;
 	fj_named_attr at[2] = {
-		{"shape", fj_dec_shape_attr(d, dims, rank)},
+		{"shape", fj_attr_shape(d->g, dims, rank)},
 		{"broadcast_dims", fj_attr_ints(d->g, bdims, t->rank)},
 	};
 	return fj_dec_op(d, FJ_OP_PRIMS_BROADCAST_IN_DIM, &v, 1, at, 2);
@@ -272,7 +258,7 @@ fj_vid fj_dec_reshape(fj_dec *d, fj_vid v, const fj_dim *dims, int rank)
 		return FJ_NOVAL;
 	if (same_dims(fj_dec_ty(d, v), dims, rank))
 		return v;
-	fj_named_attr at = {"shape", fj_dec_shape_attr(d, dims, rank)};
+	fj_named_attr at = {"shape", fj_attr_shape(d->g, dims, rank)};
 	return fj_dec_op(d, FJ_OP_PRIMS_RESHAPE, &v, 1, &at, 1);
 }
 
@@ -352,12 +338,6 @@ fj_vid fj_dec_cmpc(fj_dec *d, fj_op op, fj_vid a, double c) { return fj_dec_bin(
 
 /* ---- the driver ---- */
 
-static bool name_free(const fj_rebuild *rb, const char *s)
-{
-	size_t n = strlen(s);
-	return fj_graph_find_value(rb->g, s, n) == FJ_NOVAL && fj_graph_find_value(rb->old, s, n) == FJ_NOVAL;
-}
-
 /* Whether new value v is a result of a node built by the current rule. */
 static bool built(const fj_dec *d, fj_vid v, uint32_t n0)
 {
@@ -424,17 +404,8 @@ static fj_status canonical_order(fj_dec *d, uint32_t n0)
 static fj_status name_values(fj_dec *d, uint32_t n0, const char *hint)
 {
 	fj_graph *g = d->g;
-	char buf[160];
-	uint32_t counter = 0;
-	for (uint32_t k = n0; k < g->nnodes; k++) {
-		for (uint32_t r = 0; r < g->nodes[k].nres; r++) {
-			do
-				snprintf(buf, sizeof buf, "%.120s_%u", hint, counter++);
-			while (!name_free(d->rb, buf));
-			if (fj_graph_rename_value(g, g->nodes[k].res[r], buf))
-				return FJ_ERR_NOMEM;
-		}
-	}
+	if (fj_pass_rebuild_name_from(d->rb, n0, hint, "_") != FJ_OK)
+		return FJ_ERR_NOMEM;
 	for (uint32_t i = 0; i < d->n->nres; i++) {
 		fj_vid v = d->out[i];
 		if (!built(d, v, n0))

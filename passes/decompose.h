@@ -70,9 +70,6 @@ fj_vid fj_dec_op(fj_dec *d, fj_op op, const fj_vid *in, uint32_t nin, const fj_n
 fj_vid fj_dec_un(fj_dec *d, fj_op op, fj_vid a);
 fj_vid fj_dec_bin(fj_dec *d, fj_op op, fj_vid a, fj_vid b);
 fj_vid fj_dec_where(fj_dec *d, fj_vid p, fj_vid a, fj_vid b);
-/* An attribute holding a shape (static ints or symbolic sizes). */
-fj_attr fj_dec_shape_attr(fj_dec *d, const fj_dim *dims, int rank);
-fj_attr fj_dec_size_attr(fj_dim s);
 /* prims.full of the given shape and dtype (the value in the dtype's kind). */
 fj_vid fj_dec_full(fj_dec *d, const fj_dim *dims, int rank, double value, fj_dtype dt);
 /* prims.full of a numeric attribute (aten.full's value), in dt's kind. */

@@ -527,7 +527,7 @@ static fj_status rule_nll_loss_backward(fj_dec *d)
 	fj_vid valid, st = safe_target(d, t, &valid);
 	fj_vid stb = tt->rank ? fj_dec_bcast_in(d, st, xt->dims, xt->rank, rows) : fj_dec_bcast(d, st, xt->dims, xt->rank);
 	fj_vid vb = tt->rank ? fj_dec_bcast_in(d, valid, xt->dims, xt->rank, rows) : fj_dec_bcast(d, valid, xt->dims, xt->rank);
-	fj_named_attr at[2] = {{"length", fj_dec_size_attr(xt->dims[cd])}, {"dtype", fj_attr_dtype(tt->dtype)}};
+	fj_named_attr at[2] = {{"length", fj_attr_size(xt->dims[cd])}, {"dtype", fj_attr_dtype(tt->dtype)}};
 	fj_vid iota = fj_dec_op(d, FJ_OP_PRIMS_IOTA, NULL, 0, at, 2);
 	fj_vid onehot = fj_dec_bin(d, FJ_OP_PRIMS_EQ, fj_dec_bcast_in(d, iota, xt->dims, xt->rank, (int64_t[]){cd}), stb);
 	fj_vid gi = fj_dec_where(d, onehot, fj_dec_full(d, xt->dims, xt->rank, -1, C), fj_dec_full(d, xt->dims, xt->rank, 0, C));

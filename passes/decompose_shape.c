@@ -110,7 +110,7 @@ static fj_status rule_slice(fj_dec *d)
 	fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK], st[FJ_MAX_RANK];
 	for (int k = 0; k < t->rank; k++) {
 		s[k] = fj_attr_int(k == dim ? start : 0);
-		l[k] = k == dim ? fj_attr_int(end) : fj_dec_size_attr(t->dims[k]);
+		l[k] = k == dim ? fj_attr_int(end) : fj_attr_size(t->dims[k]);
 		st[k] = fj_attr_int(k == dim ? step : 1);
 	}
 	fj_named_attr at[3] = {{"start", fj_attr_list(d->g, s, t->rank)},
@@ -186,7 +186,7 @@ static fj_status rule_arange(fj_dec *d)
 	const fj_type *r = R0(d);
 	bool fl = fj_dtype_is_float(r->dtype);
 	fj_dtype C = fl ? FJ_DT_F64 : FJ_DT_I64;
-	fj_named_attr at[2] = {{"length", fj_dec_size_attr(r->dims[0])}, {"dtype", fj_attr_dtype(C)}};
+	fj_named_attr at[2] = {{"length", fj_attr_size(r->dims[0])}, {"dtype", fj_attr_dtype(C)}};
 	fj_vid i = fj_dec_op(d, FJ_OP_PRIMS_IOTA, NULL, 0, at, 2);
 	const fj_attr *start = fj_dec_attr(d, "start"), *step = fj_dec_attr(d, "step");
 	const fj_type *it = fj_dec_ty(d, i);
@@ -309,7 +309,7 @@ static fj_status rule_embedding(fj_dec *d)
 		fj_vid wd = fj_dec_op(d, FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE, &w, 1, &at, 1);
 		if (wd != FJ_NOVAL)
 			d->g->nodes[d->g->values[wd].def].nograd = true;
-		fj_named_attr ia[2] = {{"length", fj_dec_size_attr(dims[0])}, {"dtype", fj_attr_dtype(FJ_DT_I64)}};
+		fj_named_attr ia[2] = {{"length", fj_attr_size(dims[0])}, {"dtype", fj_attr_dtype(FJ_DT_I64)}};
 		fj_vid rows = fj_dec_op(d, FJ_OP_PRIMS_IOTA, NULL, 0, ia, 2);
 		fj_vid m = fj_dec_bcast_in(d, fj_dec_cmpc(d, FJ_OP_PRIMS_EQ, rows, (double)pad), dims, 2, (int64_t[]){0});
 		w = fj_dec_where(d, m, wd, w);
@@ -414,7 +414,7 @@ static fj_status rule_native_dropout(fj_dec *d)
 		d->out[1] = fj_dec_full(d, t->dims, t->rank, 0, FJ_DT_BOOL);
 		return fj_b_status(&d->b);
 	}
-	fj_named_attr at[2] = {{"shape", fj_dec_shape_attr(d, t->dims, t->rank)}, {"dtype", fj_attr_dtype(FJ_DT_F32)}};
+	fj_named_attr at[2] = {{"shape", fj_attr_shape(d->g, t->dims, t->rank)}, {"dtype", fj_attr_dtype(FJ_DT_F32)}};
 	fj_vid u = fj_dec_op(d, FJ_OP_PRIMS_RAND, (fj_vid[]){fj_dec_in(d, 1), fj_dec_in(d, 2)}, 2, at, 2);
 	fj_vid keep = fj_dec_cmpc(d, FJ_OP_PRIMS_GE, fj_dec_cvt(d, u, FJ_DT_F64), p);
 	fj_vid xs = fj_dec_mulc(d, fj_dec_cvt(d, x, FJ_DT_F64), 1.0 / (1.0 - p));

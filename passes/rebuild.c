@@ -6,6 +6,7 @@
  * fusion.kernel bodies are cloned recursively; a body's parameters carry the
  * names of the kernel's new operands. Liveness is one backward walk over the
  * nodes. Everything is O(values + nodes). */
+#include <stdio.h>
 #include <string.h>
 
 #include "passes/rebuild.h"
@@ -267,5 +268,27 @@ fj_status fj_pass_liveness(const fj_graph *g, bool **usedp, bool **livep)
 	}
 	*usedp = used;
 	*livep = live;
+	return FJ_OK;
+}
+
+static bool name_free(const fj_rebuild *rb, const char *s)
+{
+	size_t n = strlen(s);
+	return fj_graph_find_value(rb->g, s, n) == FJ_NOVAL && fj_graph_find_value(rb->old, s, n) == FJ_NOVAL;
+}
+
+fj_status fj_pass_rebuild_name_from(fj_rebuild *rb, uint32_t n0, const char *hint, const char *sep)
+{
+	fj_graph *g = rb->g;
+	char buf[160];
+	uint32_t counter = 0;
+	for (uint32_t k = n0; k < g->nnodes; k++)
+		for (uint32_t r = 0; r < g->nodes[k].nres; r++) {
+			do
+				snprintf(buf, sizeof buf, "%.120s%.8s%u", hint, sep, counter++);
+			while (!name_free(rb, buf));
+			if (fj_graph_rename_value(g, g->nodes[k].res[r], buf))
+				return FJ_ERR_NOMEM;
+		}
 	return FJ_OK;
 }

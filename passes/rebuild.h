@@ -30,6 +30,10 @@ fj_vid fj_pass_rebuild_value(fj_rebuild *rb, fj_vid v);
  * fusion.kernel's body is cloned with its parameters named after the new
  * operands. Maps n's results. Returns the new node index, or FJ_NONODE. */
 uint32_t fj_pass_rebuild_copy(fj_rebuild *rb, const fj_node *n, const fj_vid *opnds);
+/* Names the results of the new graph's nodes from n0 on `hint``sep`<k>
+ * (k counting up from 0), each with a name neither graph uses: values a
+ * rewrite builds get names no later copied value can clash with. */
+fj_status fj_pass_rebuild_name_from(fj_rebuild *rb, uint32_t n0, const char *hint, const char *sep);
 /* Sets the results (mapped) and puts the new graph in the old one's place,
  * destroying the old graph; on failure destroys the new graph instead. */
 fj_status fj_pass_rebuild_finish(fj_rebuild *rb, fj_module *m, fj_status st);

@@ -53,28 +53,13 @@ static fj_vid mul(fj_ad *a, fj_vid x, fj_vid y) { return bin(a, FJ_OP_PRIMS_MUL,
 static fj_vid divv(fj_ad *a, fj_vid x, fj_vid y) { return bin(a, FJ_OP_PRIMS_DIV, x, y); }
 static fj_vid neg(fj_ad *a, fj_vid x) { return un(a, FJ_OP_PRIMS_NEG, x); }
 
-static fj_attr size_attr(fj_dim d)
-{
-	if (fj_dim_is_static(d))
-		return fj_attr_int(d);
-	return (fj_attr){.kind = FJ_AK_DIM, .u.dim = d};
-}
-
-static fj_attr shape_attr(fj_ad *a, const fj_dim *d, int rank)
-{
-	fj_attr it[FJ_MAX_RANK];
-	for (int k = 0; k < rank; k++)
-		it[k] = size_attr(d[k]);
-	return fj_attr_list(a->g, it, (uint32_t)rank);
-}
-
 static fj_attr ints_attr(fj_ad *a, const int64_t *v, int n) { return fj_attr_ints(a->g, v, (uint32_t)n); }
 
 static fj_vid full(fj_ad *a, const fj_dim *dims, int rank, double c, fj_dtype dt)
 {
 	fj_attr val = fj_dtype_is_float(dt) ? fj_attr_float(c)
 	              : fj_dtype_is_bool(dt) ? fj_attr_bool(c != 0) : fj_attr_int((int64_t)c);
-	fj_named_attr at[3] = {{"shape", shape_attr(a, dims, rank)}, {"value", val}, {"dtype", fj_attr_dtype(dt)}};
+	fj_named_attr at[3] = {{"shape", fj_attr_shape(a->g, dims, rank)}, {"value", val}, {"dtype", fj_attr_dtype(dt)}};
 	return op(a, FJ_OP_PRIMS_FULL, NULL, 0, at, 3);
 }
 
@@ -113,7 +98,7 @@ static fj_vid reshape(fj_ad *a, fj_vid x, const fj_dim *dims, int rank)
 	const fj_type *t = ty(a, x);
 	if (t->rank == rank && (rank == 0 || memcmp(t->dims, dims, (size_t)rank * sizeof *dims) == 0))
 		return x;
-	fj_named_attr at = {"shape", shape_attr(a, dims, rank)};
+	fj_named_attr at = {"shape", fj_attr_shape(a->g, dims, rank)};
 	return op(a, FJ_OP_PRIMS_RESHAPE, &x, 1, &at, 1);
 }
 
@@ -145,7 +130,7 @@ static fj_vid unreduce(fj_ad *a, fj_vid r, const fj_type *x, uint32_t mask)
 	for (int k = 0; k < x->rank; k++)
 		if (!(mask & (1u << k)))
 			bd[n++] = k;
-	fj_named_attr at[2] = {{"shape", shape_attr(a, x->dims, x->rank)}, {"broadcast_dims", ints_attr(a, bd, n)}};
+	fj_named_attr at[2] = {{"shape", fj_attr_shape(a->g, x->dims, x->rank)}, {"broadcast_dims", ints_attr(a, bd, n)}};
 	return op(a, FJ_OP_PRIMS_BROADCAST_IN_DIM, &r, 1, at, 2);
 }
 
@@ -475,7 +460,7 @@ static fj_status vjp_cat(fj_ad *a)
 			fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK];
 			for (int k = 0; k < r; k++) {
 				s[k] = fj_attr_int(k == d ? off : 0);
-				l[k] = k == d ? fj_attr_int(off + x->dims[d]) : size_attr(y->dims[k]);
+				l[k] = k == d ? fj_attr_int(off + x->dims[d]) : fj_attr_size(y->dims[k]);
 			}
 			fj_named_attr at[2] = {{"start", fj_attr_list(a->g, s, (uint32_t)r)},
 			                       {"limit", fj_attr_list(a->g, l, (uint32_t)r)}};
