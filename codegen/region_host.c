@@ -633,6 +633,13 @@ typedef struct rowcache {
 	const fj_cg_tensor *out[MAXCACHE];   /* else: this output's row */
 } rowcache;
 
+/* Is output j D-shaped and stored at the row's own points (its element at
+ * idx is the row's element at idx)? */
+static bool row_output(hctx *h, uint32_t j)
+{
+	return out_class(h, j) == OUT_D && h->a->vals[h->body->results[j]].in_d;
+}
+
 /* A D-shaped output of v's dtype (a compute dtype: no rounding) that no
  * other cached value uses, or NULL. */
 static const fj_cg_tensor *scratch_output(hctx *h, const rowcache *rc, fj_vid v)
@@ -642,7 +649,7 @@ static const fj_cg_tensor *scratch_output(hctx *h, const rowcache *rc, fj_vid v)
 		return NULL;
 	for (uint32_t j = 0; j < h->k->nout; j++) {
 		const fj_cg_tensor *o = &h->out[j];
-		if (out_class(h, j) != OUT_D || !h->a->vals[h->body->results[j]].in_d || o->dtype != dt)
+		if (!row_output(h, j) || o->dtype != dt)
 			continue;
 		bool taken = false;
 		for (int k = 0; k < rc->n; k++)
@@ -739,7 +746,7 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
 		bool scratch = false;
 		for (int k = 0; k < rc->n; k++)
 			scratch |= rc->out[k] == o;
-		if (out_class(h, j) != OUT_D || !a->vals[h->body->results[j]].in_d || scratch || o->rank != dr)
+		if (!row_output(h, j) || scratch || o->rank != dr)
 			continue;
 		LLVMValueRef buf = fj_cg_var(cg, LLVMArrayType(cg->t_i8, NTBUF), NULL, "ntbuf");
 		LLVMSetAlignment(buf, 64);
@@ -769,23 +776,28 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
 	nt->ok = ok;
 }
 
-/* Copies elements [lo, hi) of the row at idx of each planned output from
- * its buffer with non-temporal 64-byte stores. */
-static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx, LLVMValueRef lo, LLVMValueRef hi)
+/* The offset in o of the element of the row at idx at K index k. */
+static LLVMValueRef row_offset(hctx *h, const fj_cg_tensor *o, const LLVMValueRef *idx, LLVMValueRef k)
+{
+	LLVMValueRef at[FJ_MAX_RANK];
+	memcpy(at, idx, sizeof at);
+	at[h->a->dom->rank - 1] = k;
+	return fj_cg_offset(h->cg, o, at);
+}
+
+/* Copies hi - lo elements of each planned output from its buffer to offset
+ * off[i] of the output with non-temporal 64-byte stores. */
+static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_cg *cg = h->cg;
-	int dr = h->a->dom->rank;
 	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
 	unsigned mdk = LLVMGetMDKindIDInContext(cg->llctx, "nontemporal", 11);
 	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(cg->t_i32, 1, 0));
 	LLVMValueRef md = LLVMMetadataAsValue(cg->llctx, LLVMMDNodeInContext2(cg->llctx, &one, 1));
 	for (int i = 0; i < nt->n; i++) {
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
-		LLVMValueRef at[FJ_MAX_RANK];
-		memcpy(at, idx, sizeof at);
-		at[dr - 1] = lo;
-		LLVMValueRef off = fj_cg_offset(cg, o, at);
-		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &off, 1, "");
+		LLVMValueRef oi = off[i];
+		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &oi, 1, "");
 		LLVMValueRef bytes = LLVMBuildNSWMul(BB, LLVMBuildNSWSub(BB, hi, lo, ""),
 		                                     c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
 		fj_cg_loop l;
@@ -803,9 +815,10 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *idx, LLVMValu
 
 /* The D-output pass of a row: every D-shaped output at every K point, or,
  * with nt, at the points [lo, hi) of the innermost (only) K dim, the
- * outputs nt plans written to their buffers (element lo at byte 0). */
-static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, LLVMValueRef lo,
-                        LLVMValueRef hi)
+ * outputs nt plans written to their buffers (element lo, at offset off[i]
+ * of output i, at byte 0). */
+static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, const LLVMValueRef *off,
+                        LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_rg *r = &h->r;
 	int dr = h->a->dom->rank;
@@ -816,10 +829,7 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 		 * inbounds) */
 		fj_cg_tensor *o = &h->out[nt->out[i]];
 		saved[i] = *o;
-		LLVMValueRef at[FJ_MAX_RANK];
-		memcpy(at, idx, sizeof at);
-		at[dr - 1] = lo;
-		LLVMValueRef back = LLVMBuildNeg(BB, fj_cg_offset(h->cg, o, at), "");
+		LLVMValueRef back = LLVMBuildNeg(BB, off[i], "");
 		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
 	}
 	knest kn;
@@ -857,8 +867,11 @@ static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const
 	fj_cg_loop_begin(h->cg, &lc, c64(h, 0), n, "chunk");
 	lc.step = c64(h, nt->chunk);
 	LLVMValueRef hi = imin(h, LLVMBuildNSWAdd(BB, lc.iv, c64(h, nt->chunk), ""), n);
-	output_pass(h, rc, idx, nt, lc.iv, hi);
-	nt_copy(h, nt, idx, lc.iv, hi);
+	LLVMValueRef off[MAXNT];
+	for (int i = 0; i < nt->n; i++)
+		off[i] = row_offset(h, &h->out[nt->out[i]], idx, lc.iv);
+	output_pass(h, rc, idx, nt, off, lc.iv, hi);
+	nt_copy(h, nt, off, lc.iv, hi);
 	fj_cg_loop_end(h->cg, &lc);
 }
 
@@ -917,7 +930,7 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 			output_pass_nt(h, rc, idx, nt);
 			fj_cg_if_else(h->cg, &c);
 		}
-		output_pass(h, rc, idx, NULL, NULL, NULL);
+		output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
 		if (nt->n)
 			fj_cg_if_end(h->cg, &c);
 	}

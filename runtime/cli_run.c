@@ -160,12 +160,12 @@ static const executor aten_executor = {FJ_RT_EXEC_ATEN, "aten", false, NULL};
 static fj_status nv_open(fj_context *ctx, fj_nvptx_emu **emu)
 {
 	*emu = NULL;
-	const char *env = getenv("FUSEJIT_NVPTX_DEVICE");
-	if (env && strcmp(env, "emulator") == 0)
+	bool emulator;
+	fj_status st = fj_rt_nvptx_device_env(ctx, &emulator);
+	if (st != FJ_OK)
+		return st;
+	if (emulator)
 		return fj_nvptx_emu_create(ctx, emu);
-	if (env && *env && strcmp(env, "cuda") != 0)
-		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-		                       "FUSEJIT_NVPTX_DEVICE=%s: expected cuda (the default) or emulator", env);
 	fj_cu *cu;
 	return fj_cu_get(ctx, &cu);
 }

@@ -790,3 +790,13 @@ void fj_rt_nvptx_leave(fj_context *ctx, bool held)
 	if (held && fj_nvptx_state_get(ctx, &s) == FJ_OK)
 		pthread_mutex_unlock(&s->lock);
 }
+
+fj_status fj_rt_nvptx_device_env(fj_context *ctx, bool *emulator)
+{
+	const char *env = getenv("FUSEJIT_NVPTX_DEVICE");
+	*emulator = env && strcmp(env, "emulator") == 0;
+	if (*emulator || !env || !*env || strcmp(env, "cuda") == 0)
+		return FJ_OK;
+	return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+	                       "FUSEJIT_NVPTX_DEVICE=%s: expected cuda (the default) or emulator", env);
+}

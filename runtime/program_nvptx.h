@@ -92,4 +92,10 @@ typedef struct fj_rt_nvptx_bench_result {
 } fj_rt_nvptx_bench_result;
 fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_nvptx_bench_result *br);
 
+/* FUSEJIT_NVPTX_DEVICE picks the device nvptx programs run on: "cuda" (the
+ * default; also when unset or empty) or "emulator" (backend_nvptx/emu.h, a
+ * testing aid for machines with no GPU). *emulator says which; any other
+ * value is FJ_ERR_INVALID, with a message. */
+fj_status fj_rt_nvptx_device_env(fj_context *ctx, bool *emulator);
+
 #endif
