@@ -34,6 +34,7 @@ static const char *const sched_names[FJ_RG_SCHED_COUNT] = {
 	[FJ_RG_PERSISTENT_OUTER] = "persistent_outer", [FJ_RG_TRANSPOSE] = "transpose",
 	[FJ_RG_SCAN] = "scan", [FJ_RG_MATMUL] = "matmul", [FJ_RG_TAKE] = "take",
 	[FJ_RG_GATHER] = "gather", [FJ_RG_SCATTER] = "scatter",
+	[FJ_RG_PERSISTENT_INNER_OUTER] = "persistent_inner_outer",
 };
 
 bool fj_rg_schedule_from_name(const char *s, fj_rg_schedule *out)
@@ -309,6 +310,15 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 		return FJ_ERR_NOMEM;
 	}
 	memset(dep, -1, nv);
+	uint8_t *col = fj_alloc(ctx, nv); /* computed from an outer reduction */
+	if (!col) {
+		fj_free(ctx, dep, nv);
+		fj_rg_analysis_free(a);
+		return FJ_ERR_NOMEM;
+	}
+	memset(col, 0, nv);
+	bool io = a->sched == FJ_RG_PERSISTENT_INNER_OUTER;
+	const fj_type *odom = NULL;
 	for (uint32_t v = 0; v < b->nvalues; v++) {
 		fj_rg_value *x = &a->vals[v];
 		memset(x, 0, sizeof *x);
@@ -325,6 +335,7 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 	for (uint32_t i = 0; i < b->nnodes && st == FJ_OK; i++) {
 		const fj_node *bn = &b->nodes[i];
 		int d = -1;
+		bool c = false;
 		for (uint32_t o = 0; o < bn->nopnds; o++) {
 			fj_vid v = bn->opnds[o];
 			if (v == FJ_NOVAL)
@@ -332,9 +343,49 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			a->vals[v].nuses++;
 			if (dep[v] > d)
 				d = dep[v];
+			c |= col[v];
 		}
 		uint8_t cls = d >= 0 ? FJ_RG_ROW : FJ_RG_FULL;
-		if (is_reduction(bn->op)) {
+		if (c) {
+			/* a column value: pointwise on outer results and inputs only */
+			if (d >= 0 || is_reduction(bn->op) || is_opaque(bn->op)) {
+				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, bn->loc,
+				                     "fusion.kernel: an outer reduction's result flows back into the rows");
+				break;
+			}
+			cls = FJ_RG_COL;
+		} else if (io && is_reduction(bn->op) && b->values[bn->opnds[0]].type.rank > 0 &&
+		           !(red_mask(ctx, bn, b->values[bn->opnds[0]].type.rank) &
+		             (1u << (b->values[bn->opnds[0]].type.rank - 1)))) {
+			/* persistent_inner_outer: a reduction that keeps D's innermost
+			 * dim is an outer one (a column sum) */
+			const fj_type *t = &b->values[bn->opnds[0]].type;
+			uint32_t km = red_mask(ctx, bn, t->rank);
+			if (bn->op != FJ_OP_PRIMS_SUM) {
+				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, bn->loc,
+				                     "fusion.kernel: persistent_inner_outer: an outer reduction other than prims.sum");
+				break;
+			}
+			if (!odom) {
+				odom = t;
+				a->okmask = km;
+			} else if (!same_dims(odom, t) || a->okmask != km) {
+				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, bn->loc,
+				                     "fusion.kernel: outer reductions over different iteration spaces in one kernel");
+				break;
+			}
+			if (a->noreds == FJ_RG_MAX_REDS) {
+				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, bn->loc, "fusion.kernel: too many reductions");
+				break;
+			}
+			a->oreds[a->noreds++] = i;
+			for (uint32_t r = 0; r < bn->nres; r++) {
+				a->vals[bn->res[r]].cls = FJ_RG_REDUCTION;
+				a->vals[bn->res[r]].node = i;
+				col[bn->res[r]] = 1;
+			}
+			continue;
+		} else if (is_reduction(bn->op)) {
 			const fj_type *t = &b->values[bn->opnds[0]].type;
 			uint32_t km = red_mask(ctx, bn, t->rank);
 			if (!a->dom) {
@@ -374,7 +425,16 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			a->vals[bn->res[r]].cls = cls;
 			a->vals[bn->res[r]].node = i;
 			dep[bn->res[r]] = (int8_t)d;
+			col[bn->res[r]] = c;
 		}
+	}
+	if (st == FJ_OK && io) {
+		uint32_t all = a->dom ? (1u << a->dom->rank) - 1 : 0;
+		if (!a->nreds || !a->noreds || a->dom->rank < 2 || !same_dims(odom, a->dom) ||
+		    a->okmask != (all & ~a->kmask))
+			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
+			                     "fusion.kernel: persistent_inner_outer needs reductions along the rows (over "
+			                     "D's innermost dim) and column sums over the other dims of the same D");
 	}
 	for (uint32_t j = 0; j < b->nresults; j++) {
 		fj_rg_value *x = &a->vals[b->results[j]];
@@ -397,14 +457,48 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 				continue;
 			a->vals[v].in_d = same_dims(&b->values[v].type, a->dom);
 			a->vals[v].in_r = is_r_shape(&b->values[v].type, a->dom, a->kmask);
+			a->vals[v].in_c = io && is_r_shape(&b->values[v].type, a->dom, a->okmask);
+			if (a->vals[v].cls == FJ_RG_COL && !a->vals[v].in_c && st == FJ_OK)
+				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
+				                     "fusion.kernel: a value computed from a column sum that is not column-shaped");
 			if (a->vals[v].cls == FJ_RG_ROW && a->vals[v].in_d && a->kmask)
 				a->has_row_d = true;
 		}
-		st = analyze_syms(a);
+		if (st == FJ_OK)
+			st = analyze_syms(a);
 	}
 	fj_free(ctx, dep, nv);
+	fj_free(ctx, col, nv);
 	if (st != FJ_OK)
 		fj_rg_analysis_free(a);
+	return st;
+}
+
+fj_status fj_rg_host_slots(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *nsums,
+                           uint32_t *col_result)
+{
+	*nsums = 0;
+	*col_result = 0;
+	const fj_node *n = &g->nodes[node];
+	fj_rg_schedule s;
+	if (n->op != FJ_OP_FUSION_KERNEL || !n->body || !n->schedule || !fj_rg_schedule_from_name(n->schedule, &s) ||
+	    s != FJ_RG_PERSISTENT_INNER_OUTER)
+		return FJ_OK;
+	fj_rg_analysis a;
+	fj_status st = fj_rg_analyze(ctx, g, node, &a);
+	if (st != FJ_OK)
+		return st;
+	st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: column sums without a column result");
+	for (uint32_t j = 0; j < a.body->nresults; j++) {
+		const fj_rg_value *x = &a.vals[a.body->results[j]];
+		if (x->in_c && !x->in_d) {
+			*nsums = (uint32_t)a.noreds;
+			*col_result = j;
+			st = FJ_OK;
+			break;
+		}
+	}
+	fj_rg_analysis_free(&a);
 	return st;
 }
 

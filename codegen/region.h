@@ -72,7 +72,7 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-6" /* region-6: the host's packed float matmul (region_matmul.c) */
+#define FJ_RG_VERSION "region-7" /* region-7: persistent_inner_outer */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
@@ -87,6 +87,7 @@ typedef enum fj_rg_schedule {
 	FJ_RG_TAKE,
 	FJ_RG_GATHER,
 	FJ_RG_SCATTER,
+	FJ_RG_PERSISTENT_INNER_OUTER, /* persistent_inner plus column sums (outer reductions) */
 	FJ_RG_SCHED_COUNT
 } fj_rg_schedule;
 
@@ -102,13 +103,16 @@ typedef enum fj_rg_class {
 	FJ_RG_FULL,      /* computed from inputs only, at any point of its shape */
 	FJ_RG_ROW,       /* depends on a reduction result: at the current row only */
 	FJ_RG_REDUCTION, /* a result of a reduction node (bound by the template) */
-	FJ_RG_OPAQUE     /* the result of the opaque / scan node (template) */
+	FJ_RG_OPAQUE,    /* the result of the opaque / scan node (template) */
+	FJ_RG_COL        /* persistent_inner_outer: depends on an outer reduction's
+	                  * result: at the current column only (after the merge) */
 } fj_rg_class;
 
 typedef struct fj_rg_value {
 	uint8_t cls;        /* fj_rg_class */
 	bool in_d;          /* has the shape of D (dims equal) */
 	bool in_r;          /* has the shape of R (dims equal) */
+	bool in_c;          /* persistent_inner_outer: has the shape of C (the K dims of D) */
 	int32_t index;      /* FJ_RG_INPUT: operand index; else -1 */
 	int32_t result;     /* the first node result it is yielded as, or -1 */
 	uint32_t node;      /* defining node (body index), FJ_NONODE for params/literals */
@@ -146,6 +150,16 @@ typedef struct fj_rg_analysis {
 	int nphases;
 	uint32_t opaque;        /* the matmul / take / gather / scatter / cumsum node, or FJ_NONODE */
 	bool has_row_d;         /* a ROW-dependent value of D's shape exists (persistent) */
+	/* persistent_inner_outer: the outer reductions, prims.sum over the dims
+	 * of D not in K (okmask = ~kmask), each kept apart from reds (which hold
+	 * the inner ones). Their results and the values computed from them live
+	 * in C = D without okmask (the "columns": a row's positions); their
+	 * operands may be ROW values (the gradient of a bias added before a
+	 * normalization). Nothing but C-shaped pointwise values and results
+	 * depends on them (class FJ_RG_COL). */
+	uint32_t oreds[FJ_RG_MAX_REDS];
+	int noreds;
+	uint32_t okmask;
 	/* symbols read at run time */
 	fj_rg_symsrc *syms;
 	uint32_t nsyms;
@@ -308,6 +322,17 @@ void fj_rg_acc_merge(fj_rg *r, fj_rg_acc *acc, LLVMValueRef other[3]);
 void fj_rg_acc_finish(fj_rg *r, fj_rg_acc *acc, LLVMValueRef count);
 
 /* ---- the host templates (codegen/region_host.c) ---- */
+
+/* persistent_inner_outer on the host: the kernel's parallel space [lo, hi)
+ * is S "slots" of rows, S >= 1 chosen by the runtime and passed as the last
+ * entry of dims (after the extra symbols); ptrs[operands + results] is a
+ * workspace of FJ_RG_HOST_SLOT_HEADER + S * nsums * C * 8 bytes (C: the
+ * element count of the columns, result col_result's), 8-byte aligned, whose
+ * first i64 the runtime zeroes before each call. fj_rg_host_slots gives
+ * nsums (0: the node needs none of this) and col_result. */
+#define FJ_RG_HOST_SLOT_HEADER 64
+fj_status fj_rg_host_slots(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *nsums,
+                           uint32_t *col_result);
 
 /* The per-node emitter of fusion.kernel for the host kernel ABI (cg.h):
  * ptrs = region operands then results; [lo, hi) of the parallel space it

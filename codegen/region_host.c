@@ -26,6 +26,12 @@
  *       which is in cache; large ones streamed out with non-temporal stores:
  *       ntplan). A value a later pass needs again is kept in an output's
  *       row or a stack row buffer (rowcache).
+ *   persistent_inner_outer
+ *       as persistent_inner, plus column sums: the parallel space is S
+ *       slots of rows (the runtime passes S and a workspace); each slot adds
+ *       the outer reductions' operands into its own f64 partials during its
+ *       output passes, and the slot that finishes last merges them in slot
+ *       order and stores the column results (col_merge).
  *   reduction_outer / persistent_outer (D's innermost dim is kept)
  *       parallel over R; R is walked in tiles of up to 2048 neighbouring
  *       points along its innermost dim, the lines of rows 8 ahead
@@ -66,6 +72,9 @@ typedef struct hctx {
 	fj_cg_tensor *out;
 	LLVMValueRef lo, hi;
 	bool vec; /* force the vector width of inner loops (vectorisable()) */
+	/* persistent_inner_outer: the workspace, the slot count S (the last
+	 * entry of dims), and the partial column sums of the slot being run */
+	LLVMValueRef ws, nslots, part;
 } hctx;
 
 #define BB (h->cg->b)
@@ -186,13 +195,31 @@ static bool same_squeezed(const fj_type *a, uint32_t askip, const fj_type *b, ui
 	return true;
 }
 
-enum { OUT_D, OUT_R };
+enum { OUT_D, OUT_R, OUT_C };
 
-/* Is result j's value a D-sized output (else R-sized)? */
+/* persistent_inner_outer: is v a column value (an outer reduction's result,
+ * computed from one, or a C-shaped value stored with them)? */
+static bool col_value(hctx *h, fj_vid v)
+{
+	const fj_rg_value *x = &h->a->vals[v];
+	if (!h->a->noreds || !x->in_c || x->in_d)
+		return false;
+	if (x->cls == FJ_RG_COL)
+		return true;
+	for (int i = 0; i < h->a->noreds; i++)
+		if (x->node == h->a->oreds[i])
+			return true;
+	return !x->in_r && (x->cls == FJ_RG_FULL || x->cls == FJ_RG_INPUT || x->cls == FJ_RG_LITERAL);
+}
+
+/* Is result j's value a D-sized output, an R-sized one, or (persistent_
+ * inner_outer) a C-sized one? */
 static int out_class(hctx *h, uint32_t j)
 {
 	fj_vid v = h->body->results[j];
 	const fj_rg_value *x = &h->a->vals[v];
+	if (col_value(h, v))
+		return OUT_C;
 	if (x->in_r && !x->in_d)
 		return OUT_R;
 	if (x->in_d)
@@ -813,6 +840,117 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValu
 	}
 }
 
+/* ---- column sums (persistent_inner_outer) ----
+ * The parallel space is S slots (dims' last entry, chosen by the runtime);
+ * slot s runs the rows [s*N/S, (s+1)*N/S) and adds, in its output pass,
+ * every outer reduction's operand at each column into its own partial
+ * array in the workspace: f64 (i64 for integer sums), noreds x C values,
+ * after a header of FJ_RG_HOST_SLOT_HEADER bytes whose first i64 counts the
+ * finished slots (zeroed by the runtime before the call). The slot that
+ * finishes last merges the partials in slot order -- deterministic for a
+ * given S -- and stores the column results. */
+
+/* The i64 type the partials of outer reduction i hold (f64 or i64). */
+static LLVMTypeRef part_type(hctx *h, int i)
+{
+	fj_vid o = h->body->nodes[h->a->oreds[i]].opnds[0];
+	return fj_dtype_is_float(h->body->values[o].type.dtype) ? h->cg->t_f64 : h->cg->t_i64;
+}
+
+static LLVMValueRef ncols(hctx *h) { return red_count(h); }
+
+/* &partial[i][pos] of the slot at `base`. */
+static LLVMValueRef part_at(hctx *h, LLVMValueRef base, int i, LLVMValueRef pos)
+{
+	LLVMValueRef off = LLVMBuildNSWAdd(BB, LLVMBuildNSWMul(BB, c64(h, i), ncols(h), ""), pos, "");
+	return LLVMBuildInBoundsGEP2(BB, h->cg->t_i64, base, &off, 1, "");
+}
+
+/* Adds every outer reduction's operand at D point p (idx) to the slot's
+ * partials. */
+static void col_accumulate(hctx *h, fj_rg_point *p, LLVMValueRef *idx)
+{
+	if (!h->part)
+		return;
+	fj_cg *cg = h->cg;
+	LLVMValueRef pos = kpos(h, idx);
+	for (int i = 0; i < h->a->noreds; i++) {
+		fj_vid o = h->body->nodes[h->a->oreds[i]].opnds[0];
+		LLVMTypeRef ty = part_type(h, i);
+		bool fl = ty == cg->t_f64;
+		LLVMValueRef x = fj_cg_convert(cg, fj_rg_eval(&h->r, o, p), fj_cg_compute_dtype(h->body->values[o].type.dtype),
+		                               fl ? FJ_DT_F64 : FJ_DT_I64);
+		LLVMValueRef at = part_at(h, h->part, i, pos);
+		LLVMValueRef old = LLVMBuildLoad2(BB, ty, at, "");
+		LLVMBuildStore(BB, fl ? LLVMBuildFAdd(BB, old, x, "") : LLVMBuildAdd(BB, old, x, ""), at);
+	}
+}
+
+/* The bytes of one slot's partials. */
+static LLVMValueRef slot_bytes(hctx *h)
+{
+	return LLVMBuildNSWMul(BB, c64(h, 8 * h->a->noreds), ncols(h), "");
+}
+
+static LLVMValueRef slot_base(hctx *h, LLVMValueRef s)
+{
+	LLVMValueRef off = LLVMBuildNSWAdd(BB, c64(h, FJ_RG_HOST_SLOT_HEADER), LLVMBuildNSWMul(BB, s, slot_bytes(h), ""), "");
+	return LLVMBuildInBoundsGEP2(BB, h->cg->t_i8, h->ws, &off, 1, "");
+}
+
+/* The last slot: merges the partials of all S slots in order, binds the
+ * outer reductions' results and stores the column outputs. */
+static void col_merge(hctx *h)
+{
+	fj_cg *cg = h->cg;
+	fj_rg *r = &h->r;
+	const fj_rg_analysis *a = h->a;
+	fj_rg_acc accs[FJ_RG_MAX_REDS];
+	for (int i = 0; i < a->noreds; i++)
+		fj_rg_acc_init(r, a->oreds[i], &accs[i]);
+	LLVMValueRef rows = c64(h, 1);
+	for (int d = 0; d < a->dom->rank; d++)
+		if (!(a->kmask & (1u << d)))
+			rows = LLVMBuildNSWMul(BB, rows, fj_rg_dim(r, a->dom_v, d), "");
+	fj_cg_loop lc;
+	fj_cg_loop_begin(cg, &lc, c64(h, 0), ncols(h), "col");
+	fj_rg_scope_push(r);
+	for (int i = 0; i < a->noreds; i++)
+		fj_rg_acc_reset(r, &accs[i]);
+	fj_cg_loop ls;
+	fj_cg_loop_begin(cg, &ls, c64(h, 0), h->nslots, "slot");
+	LLVMValueRef base = slot_base(h, ls.iv);
+	for (int i = 0; i < a->noreds; i++) {
+		LLVMValueRef v[3] = {LLVMBuildLoad2(BB, part_type(h, i), part_at(h, base, i, lc.iv), "")};
+		fj_rg_acc_merge(r, &accs[i], v);
+	}
+	fj_cg_loop_end(cg, &ls);
+	for (int i = 0; i < a->noreds; i++)
+		fj_rg_acc_finish(r, &accs[i], rows);
+	for (uint32_t j = 0; j < h->k->nout; j++) {
+		if (out_class(h, j) != OUT_C)
+			continue;
+		fj_vid v = h->body->results[j];
+		fj_rg_point p;
+		fj_rg_point_lin(&p, vrank(h, v), lc.iv);
+		fj_rg_store(r, &h->out[j], lc.iv, v, &p);
+	}
+	for (int i = 0; i < a->noreds; i++)
+		fj_rg_bind(r, h->body->nodes[a->oreds[i]].res[0], NULL);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lc);
+}
+
+/* Zeroes the partials at `base`. */
+static void part_zero(hctx *h, LLVMValueRef base)
+{
+	fj_cg *cg = h->cg;
+	fj_cg_loop l;
+	fj_cg_loop_begin(cg, &l, c64(h, 0), LLVMBuildNSWMul(BB, c64(h, h->a->noreds), ncols(h), ""), "zero");
+	LLVMBuildStore(BB, c64(h, 0), LLVMBuildInBoundsGEP2(BB, cg->t_i64, base, &l.iv, 1, ""));
+	fj_cg_loop_end(cg, &l);
+}
+
 /* The D-output pass of a row: every D-shaped output at every K point, or,
  * with nt, at the points [lo, hi) of the innermost (only) K dim, the
  * outputs nt plans written to their buffers (element lo, at offset off[i]
@@ -845,6 +983,7 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	fj_rg_point p;
 	fj_rg_point_idx(&p, dr, idx);
 	store_outputs(h, OUT_D, &p);
+	col_accumulate(h, &p, idx);
 	rc_unbind(h, rc);
 	fj_rg_scope_pop(r);
 	if (nt) {
@@ -923,7 +1062,7 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 	}
 	/* D-sized outputs: one more pass over the row (in cache), streamed out
 	 * when the plan says so */
-	if (has_outputs(h, OUT_D)) {
+	if (has_outputs(h, OUT_D) || h->part) {
 		fj_cg_if c;
 		if (nt->n) {
 			fj_cg_if_begin(h->cg, &c, nt->ok);
@@ -962,6 +1101,19 @@ static void tpl_inner(hctx *h)
 			rdims[nk] = fj_rg_dim(r, a->dom_v, d);
 			kd[nk++] = d;
 		}
+	/* persistent_inner_outer: the parallel space is the slots */
+	fj_cg_loop ls;
+	if (a->noreds) {
+		LLVMValueRef nrows = c64(h, 1);
+		for (int i = 0; i < nk; i++)
+			nrows = LLVMBuildNSWMul(BB, nrows, rdims[i], "");
+		fj_cg_loop_begin(cg, &ls, h->lo, h->hi, "slot");
+		h->part = slot_base(h, ls.iv);
+		part_zero(h, h->part);
+		rlo = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, ls.iv, nrows, ""), h->nslots, "");
+		rhi = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, LLVMBuildNSWAdd(BB, ls.iv, c64(h, 1), ""), nrows, ""),
+		                    h->nslots, "");
+	}
 	/* two versions when a value is cached on the stack: rows that fit the
 	 * row buffer, and rows that recompute it */
 	fj_cg_if c;
@@ -982,6 +1134,19 @@ static void tpl_inner(hctx *h)
 	}
 	if (rc.nstack)
 		fj_cg_if_end(cg, &c);
+	if (a->noreds) {
+		/* the slot is done: the last one merges (acq_rel: it sees every
+		 * other slot's partials) */
+		LLVMValueRef done = LLVMBuildAtomicRMW(BB, LLVMAtomicRMWBinOpAdd, h->ws, c64(h, 1),
+		                                       LLVMAtomicOrderingAcquireRelease, 0);
+		fj_cg_if merge;
+		fj_cg_if_begin(cg, &merge, LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildNSWAdd(BB, done, c64(h, 1), ""),
+		                                        h->nslots, ""));
+		col_merge(h);
+		fj_cg_if_end(cg, &merge);
+		fj_cg_loop_end(cg, &ls);
+		h->part = NULL;
+	}
 	if (nt.n) /* the streamed rows are visible before the call returns */
 		LLVMBuildFence(BB, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
 }
@@ -1533,7 +1698,7 @@ static fj_status emit_body(hctx *h)
 		tpl_pointwise(h);
 		return h->cg->st;
 	}
-	if (a->rrank == 0) {
+	if (a->rrank == 0 || a->noreds) {
 		tpl_inner(h);
 		return h->cg->st;
 	}
@@ -1562,13 +1727,16 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 		return st;
 	}
 	uint32_t nin = k->nin, nout = k->nout, np = nin + nout;
-	LLVMTypeRef ps[np + 3];
+	/* persistent_inner_outer: + the workspace (ptrs[np], region.h) */
+	uint32_t nx = a.noreds ? 4 : 3;
+	LLVMTypeRef ps[np + 4];
 	for (uint32_t i = 0; i < np; i++)
 		ps[i] = cg->t_ptr;
 	ps[np] = cg->t_ptr;
 	ps[np + 1] = cg->t_i64;
 	ps[np + 2] = cg->t_i64;
-	LLVMTypeRef fty = LLVMFunctionType(cg->t_i32, ps, np + 3, 0);
+	ps[np + 3] = cg->t_ptr;
+	LLVMTypeRef fty = LLVMFunctionType(cg->t_i32, ps, np + nx, 0);
 	size_t nlen = 0;
 	const char *oname = LLVMGetValueName2(cg->fn, &nlen);
 	char name[nlen + 16];
@@ -1586,6 +1754,10 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	}
 	add_attr(cg, f, (int)np + 1, "readonly");
 	add_attr(cg, f, (int)np + 1, "nocapture");
+	if (a.noreds) {
+		add_attr(cg, f, (int)np + 4, "noalias");
+		add_attr(cg, f, (int)np + 4, "nocapture");
+	}
 
 	LLVMValueRef ofn = cg->fn;
 	LLVMBasicBlockRef oentry = cg->entry, oblock = LLVMGetInsertBlock(cg->b);
@@ -1614,6 +1786,11 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	hctx h = {.cg = cg, .k = k, .a = &a, .body = a.body, .in = in, .out = out,
 	          .lo = LLVMGetParam(f, np + 1), .hi = LLVMGetParam(f, np + 2)};
 	h.vec = vectorisable(a.body);
+	if (a.noreds) { /* S follows the extra symbols */
+		h.ws = LLVMGetParam(f, np + 3);
+		LLVMValueRef at = fj_cg_i64(cg, di + (int64_t)a.nxsyms);
+		h.nslots = LLVMBuildLoad2(cg->b, cg->t_i64, LLVMBuildInBoundsGEP2(cg->b, cg->t_i64, dims, &at, 1, ""), "slots");
+	}
 	/* the region's extra symbols (region.h) follow the views' sizes in dims */
 	st = fj_rg_begin_dims(&h.r, cg, &a, in, nin, out, nout, status, dims, di);
 	if (st == FJ_OK)
@@ -1636,7 +1813,7 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 			cg->st = st;
 		return st;
 	}
-	LLVMValueRef args[np + 3];
+	LLVMValueRef args[np + 4];
 	for (uint32_t i = 0; i < nin; i++)
 		args[i] = k->in[i].none || k->in[i].literal ? LLVMConstPointerNull(cg->t_ptr) : k->in[i].t.ptr;
 	for (uint32_t j = 0; j < nout; j++)
@@ -1644,7 +1821,12 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	args[np] = LLVMGetParam(ofn, 1);
 	args[np + 1] = k->lo;
 	args[np + 2] = k->hi;
-	LLVMValueRef rc = LLVMBuildCall2(cg->b, fty, f, args, np + 3, "");
+	if (nx == 4) {
+		LLVMValueRef at = fj_cg_i64(cg, np);
+		args[np + 3] = LLVMBuildLoad2(cg->b, cg->t_ptr,
+		                              LLVMBuildInBoundsGEP2(cg->b, cg->t_ptr, LLVMGetParam(ofn, 0), &at, 1, ""), "ws");
+	}
+	LLVMValueRef rc = LLVMBuildCall2(cg->b, fty, f, args, np + nx, "");
 	fj_cg_set(cg, k->status, rc);
 	return FJ_OK;
 }

@@ -37,6 +37,13 @@
  *      a set K of reduced dims: every reduction of the region reduces exactly
  *      the dims K of an operand of shape exactly D (e.g. f32[N,4096] over
  *      dims [1]). R is D without the dims K.
+ *   L2b Column sums (persistent_inner_outer): besides, a region may hold
+ *      prims.sum nodes over exactly the other dims of the same D (not K)
+ *      when K holds D's innermost dim and a row value of D's shape exists
+ *      (the region is persistent): a normalization backward's weight and
+ *      bias gradients. Their operands may be row values; their results (the
+ *      columns C: D's K dims) flow through pointwise ops only, never into a
+ *      row value or a reduction, and leave as outputs of C's element count.
  *   L3 Values computed from a reduction of the region ("per-row" values, of
  *      R's element count, or "per-element" values of shape D) may only flow
  *      through pointwise ops, further reductions (the chained persistent
@@ -49,7 +56,8 @@
  *      back inside its own kernel.
  *   L4 Outputs (member values used outside the region or returned): in a
  *      region with reductions, each has the element count of D or of R; in a
- *      region without, all have the same element count. Values that stay
+ *      region without, all have the same element count (L2b: or that of C).
+ *      Values that stay
  *      inside may have any shape (broadcast inputs, sliced prologues ...):
  *      the code generator computes them inline.
  *   L5 No cycle: the graph of regions stays acyclic. Before each merge of A
@@ -62,7 +70,8 @@
  *      a free copy's value counts as one operand, standing for its inputs).
  * Schedules follow (passes/schedule.c): no reduction -> pointwise (or
  * transpose); a reduction whose results are broadcast back and consumed in
- * the region (L3) -> persistent_inner/outer, one kernel that keeps the rows in
+ * the region (L3) -> persistent_inner/outer (persistent_inner_outer with L2b's
+ * column sums), one kernel that keeps the rows in
  * registers/shared memory (the backend falls back to several passes over the
  * row when a row is too big); otherwise reduction_inner/outer.
  *
@@ -356,11 +365,12 @@ static uint32_t gather_members(fuser *f, uint32_t a, uint32_t b)
 	return k;
 }
 
-/* Is operand v of a member computed in the candidate, with flag set? */
-static bool opnd_flag(fuser *f, fj_vid v, uint32_t a, uint32_t b)
+/* The flag of operand v's defining member when it is computed in the
+ * candidate, else 0. */
+static uint8_t opnd_flag(fuser *f, fj_vid v, uint32_t a, uint32_t b)
 {
 	uint32_t d = def_node(f->g, v);
-	return d != FJ_NONODE && in_pair(f, d, a, b) && f->flag[d];
+	return d != FJ_NONODE && in_pair(f, d, a, b) ? f->flag[d] : 0;
 }
 
 static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
@@ -401,6 +411,9 @@ typedef struct space {
 	const fj_type *d; /* the domain D */
 	uint32_t kmask;   /* reduced dims K */
 	fj_dim nd, nr;    /* element counts of D and R */
+	bool io;          /* L2b: also column sums over okmask */
+	uint32_t okmask;
+	fj_dim nc;        /* element count of the columns C (D's K dims) */
 } space;
 
 /* L2: the reductions of members mem[0..k) agree; fills sp. */
@@ -408,6 +421,8 @@ static bool reduction_space(fuser *f, uint32_t k, space *sp)
 {
 	fj_graph *g = f->g;
 	memset(sp, 0, sizeof *sp);
+	uint32_t other = 0; /* L2b: the second mask seen */
+	bool have_other = false;
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t ni = f->mem[i];
 		if (!(op_flags(f, ni) & FJ_OPF_REDUCTION))
@@ -419,18 +434,44 @@ static bool reduction_space(fuser *f, uint32_t k, space *sp)
 			sp->red = true;
 			sp->d = t;
 			sp->kmask = mask;
-			fj_dim rd[FJ_MAX_RANK];
-			int rr = 0;
-			for (int j = 0; j < t->rank; j++)
-				if (!(mask & (1u << j)))
-					rd[rr++] = t->dims[j];
-			if (!numel(f, t->dims, t->rank, &sp->nd) || !numel(f, rd, rr, &sp->nr))
-				return false;
-		} else if (!fj_type_same_dims(t, sp->d) || mask != sp->kmask) {
+		} else if (!fj_type_same_dims(t, sp->d)) {
 			return false;
+		} else if (mask != sp->kmask) {
+			if (have_other && mask != other)
+				return false;
+			have_other = true;
+			other = mask;
 		}
 	}
-	return true;
+	if (!sp->red)
+		return true;
+	const fj_type *d = sp->d;
+	if (have_other) {
+		/* L2b: the inner mask holds D's innermost dim, the outer one is its
+		 * complement, and every outer reduction is a prims.sum */
+		uint32_t all = (1u << d->rank) - 1, last = d->rank ? 1u << (d->rank - 1) : 0;
+		uint32_t in = sp->kmask & last ? sp->kmask : other, out = in == sp->kmask ? other : sp->kmask;
+		if (d->rank < 2 || !(in & last) || out != (all & ~in))
+			return false;
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t ni = f->mem[i];
+			if ((op_flags(f, ni) & FJ_OPF_REDUCTION) && f->rmask[ni] == out &&
+			    g->nodes[ni].op != FJ_OP_PRIMS_SUM)
+				return false;
+		}
+		sp->io = true;
+		sp->kmask = in;
+		sp->okmask = out;
+	}
+	fj_dim rd[FJ_MAX_RANK], cd[FJ_MAX_RANK];
+	int rr = 0, cr = 0;
+	for (int j = 0; j < d->rank; j++) {
+		if (!(sp->kmask & (1u << j)))
+			rd[rr++] = d->dims[j];
+		else
+			cd[cr++] = d->dims[j];
+	}
+	return numel(f, d->dims, d->rank, &sp->nd) && numel(f, rd, rr, &sp->nr) && numel(f, cd, cr, &sp->nc);
 }
 
 /* L3 for a broadcast_in_dim of a value computed from a reduction. */
@@ -481,22 +522,34 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 	space sp;
 	if (!reduction_space(f, k, &sp))
 		return false;
-	/* L3: flag = computed from a reduction of the candidate. */
+	/* L3: flag = computed from a reduction of the candidate: FL_ROW from a
+	 * row reduction (over K), FL_COL from a column sum (L2b, over okmask). */
+	enum { FL_ROW = 1, FL_COL = 2 };
+	bool row_d = false; /* L2b: a row value of D's shape (persistent) */
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t ni = f->mem[i];
 		const fj_node *n = &g->nodes[ni];
 		uint32_t fl = op_flags(f, ni);
+		uint8_t rd = 0;
+		for (uint32_t o = 0; o < n->nopnds; o++)
+			rd |= opnd_flag(f, n->opnds[o], a, b);
 		f->flag[ni] = 0;
-		if (fl & FJ_OPF_REDUCTION) {
-			f->flag[ni] = 1;
+		if (rd & FL_COL) {
+			/* L2b: column values flow through pointwise ops only */
+			if ((rd & FL_ROW) || !(fl & FJ_OPF_POINTWISE))
+				return false;
+			f->flag[ni] = FL_COL;
 			continue;
 		}
-		bool rd = false;
-		for (uint32_t o = 0; o < n->nopnds && !rd; o++)
-			rd = opnd_flag(f, n->opnds[o], a, b);
+		if (fl & FJ_OPF_REDUCTION) {
+			f->flag[ni] = sp.io && f->rmask[ni] == sp.okmask ? FL_COL : FL_ROW;
+			continue;
+		}
 		if (!rd)
 			continue;
-		f->flag[ni] = 1;
+		f->flag[ni] = FL_ROW;
+		if (n->nres && fj_type_same_dims(vtype(f, n->res[0]), sp.d))
+			row_d = true;
 		if (fl & FJ_OPF_POINTWISE)
 			continue;
 		if (n->op == FJ_OP_PRIMS_BROADCAST_IN_DIM) {
@@ -513,6 +566,8 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 		}
 		return false;
 	}
+	if (sp.io && !row_d)
+		return false;
 	/* L4: outputs. */
 	bool have = false;
 	fj_dim first = 0;
@@ -526,7 +581,7 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 			if (!numel(f, t->dims, t->rank, &ne))
 				return false;
 			if (sp.red) {
-				if (ne != sp.nd && ne != sp.nr)
+				if (ne != sp.nd && ne != sp.nr && !(sp.io && ne == sp.nc))
 					return false;
 			} else if (!have) {
 				have = true;

@@ -10,6 +10,9 @@
  *            broadcast back and consumed in the region (the normalization
  *            pattern: a value computed from a reduction has the shape of the
  *            reduced operand D);
+ *   persistent_inner_outer                    a persistent_inner region that
+ *            also sums columns (reductions over the other dims of the same D:
+ *            layer_norm backward's grad_weight and grad_bias; fuse's L2b);
  *   reduction_inner / reduction_outer         other regions with reductions;
  *   transpose  no reduction, and a prims.transpose whose last perm entry is
  *            not the last dim (the innermost dim moves);
@@ -29,7 +32,7 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 	const fj_context *ctx = fj_graph_ctx(b);
 	const fj_type *d = NULL;
 	uint32_t kmask = 0;
-	bool persistent = false, transpose = false;
+	bool persistent = false, transpose = false, two = false;
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		switch (n->op) {
@@ -50,6 +53,9 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 			if (!d && n->nopnds && n->opnds[0] != FJ_NOVAL) {
 				d = &b->values[n->opnds[0]].type;
 				kmask = fj_node_reduced_mask(ctx, n, d->rank);
+			} else if (d && n->nopnds && n->opnds[0] != FJ_NOVAL &&
+			           fj_node_reduced_mask(ctx, n, d->rank) != kmask) {
+				two = true; /* row reductions and column sums (fuse's L2b) */
 			}
 			for (uint32_t r = 0; r < n->nres; r++)
 				rd[n->res[r]] = 1;
@@ -83,6 +89,8 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 			break;
 		}
 	bool is_inner = inner < 0 || (kmask & (1u << inner));
+	if (two)
+		return "persistent_inner_outer";
 	if (persistent && kmask)
 		return is_inner ? "persistent_inner" : "persistent_outer";
 	return is_inner ? "reduction_inner" : "reduction_outer";

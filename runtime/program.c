@@ -63,6 +63,12 @@ struct fj_rt_program {
 	uint32_t *xstart;
 	uint32_t *xsyms;
 	size_t cap_xsyms;
+	/* per node: persistent_inner_outer's column sums on the host
+	 * (codegen/region.h, fj_rg_host_slots): how many (0: none), and the
+	 * result that has the columns' shape; the workspace they share */
+	uint32_t *io_nsums, *io_col;
+	void *ws;
+	size_t ws_cap;
 	/* kernel arguments */
 	void **ptrs;
 	int64_t *argdims;
@@ -179,6 +185,15 @@ static fj_status list_extra_syms(fj_rt_program *p)
 		k += n;
 	}
 	p->xstart[g->nnodes] = k;
+	p->io_nsums = ARR_ALLOC(ctx, g->nnodes, uint32_t);
+	p->io_col = ARR_ALLOC(ctx, g->nnodes, uint32_t);
+	if (!p->io_nsums || !p->io_col)
+		return oom(ctx);
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		fj_status st = fj_rg_host_slots(ctx, g, i, &p->io_nsums[i], &p->io_col[i]);
+		if (st != FJ_OK)
+			return st;
+	}
 	return FJ_OK;
 }
 
@@ -238,8 +253,10 @@ fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_executor ex, 
 		}
 		for (uint32_t j = 0; j < n->nres; j++)
 			nd += g->values[n->res[j]].type.rank;
-		if (n->nopnds + n->nres > maxptrs)
-			maxptrs = n->nopnds + n->nres;
+		if (p->io_nsums[i])
+			nd++; /* the slot count */
+		if (n->nopnds + n->nres + 1 > maxptrs)
+			maxptrs = n->nopnds + n->nres + 1; /* + a workspace */
 		if (nd > maxdims)
 			maxdims = nd;
 	}
@@ -327,6 +344,12 @@ void fj_rt_program_destroy(fj_rt_program *p)
 	ARR_FREE(ctx, p->ptrs, p->cap_ptrs);
 	ARR_FREE(ctx, p->argdims, p->cap_argdims);
 	ARR_FREE(ctx, p->xstart, (size_t)p->nnodes + 1);
+	if (p->io_nsums)
+		ARR_FREE(ctx, p->io_nsums, p->nnodes);
+	if (p->io_col)
+		ARR_FREE(ctx, p->io_col, p->nnodes);
+	if (p->ws)
+		fj_free(ctx, p->ws, p->ws_cap);
 	ARR_FREE(ctx, p->xsyms, p->cap_xsyms);
 	fj_free(ctx, p, sizeof *p);
 }
@@ -1029,6 +1052,32 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 					extent *= vd[k];
 			}
 			outn += ne;
+		}
+		if (p->io_nsums[i] && outn) {
+			/* column sums: S slots of the rows (extent), a workspace for
+			 * their partials (codegen/region.h) */
+			int64_t slots = extent < 4 * (int64_t)p->threads ? extent : 4 * (int64_t)p->threads;
+			if (slots < 1)
+				slots = 1;
+			const int64_t *cd = fj_rt_program_value_dims(p, n->res[p->io_col[i]]);
+			int64_t cols = 1;
+			for (int k = 0; k < g->values[n->res[p->io_col[i]]].type.rank; k++)
+				cols *= cd[k];
+			size_t bytes = FJ_RG_HOST_SLOT_HEADER + (size_t)slots * p->io_nsums[i] * (size_t)cols * 8;
+			if (bytes > p->ws_cap) {
+				void *w = fj_alloc(ctx, bytes);
+				if (!w)
+					return oom(ctx);
+				if (p->ws)
+					fj_free(ctx, p->ws, p->ws_cap);
+				p->ws = w;
+				p->ws_cap = bytes;
+			}
+			memset(p->ws, 0, FJ_RG_HOST_SLOT_HEADER);
+			p->ptrs[np++] = p->ws;
+			p->argdims[nd++] = slots;
+			extent = slots;
+			work = 1 << 20; /* a slot is worth a thread */
 		}
 		if (extent == 0 || (n->nres && outn == 0))
 			continue;

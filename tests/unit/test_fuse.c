@@ -245,11 +245,23 @@ static bool exact(fj_op op)
 	return (fl & (FJ_OPF_REDUCTION | FJ_OPF_OPAQUE | FJ_OPF_RANDOM)) || op == FJ_OP_PRIMS_CUMSUM;
 }
 
+static uint32_t red_mask(const fj_graph *body, const fj_node *n)
+{
+	const fj_type *t = &body->values[n->opnds[0]].type;
+	const fj_attr *a = fj_node_attr(ctx, n, n->op == FJ_OP_PRIMS_ARGMAX ? "dim" : "dims");
+	uint32_t mask = 0;
+	for (uint32_t k = 0; a->kind == FJ_AK_LIST && k < a->n; k++) {
+		int64_t x = fj_attr_as_int(&a->u.items[k]);
+		mask |= 1u << (x < 0 ? x + t->rank : x);
+	}
+	return mask;
+}
+
 static void check_body(const fj_graph *body)
 {
 	int opaque = 0;
 	const fj_type *d = NULL;
-	uint32_t dims = UINT32_MAX;
+	uint32_t dims = UINT32_MAX, dims2 = UINT32_MAX;
 	for (uint32_t i = 0; i < body->nnodes; i++) {
 		const fj_node *n = &body->nodes[i];
 		uint32_t fl = fj_op_info(ctx, n->op)->flags;
@@ -258,19 +270,31 @@ static void check_body(const fj_graph *body)
 			opaque++;
 		if (fl & FJ_OPF_REDUCTION) {
 			const fj_type *t = &body->values[n->opnds[0]].type;
-			const fj_attr *a = fj_node_attr(ctx, n, n->op == FJ_OP_PRIMS_ARGMAX ? "dim" : "dims");
-			uint32_t mask = 0;
-			for (uint32_t k = 0; a->kind == FJ_AK_LIST && k < a->n; k++) {
-				int64_t x = fj_attr_as_int(&a->u.items[k]);
-				mask |= 1u << (x < 0 ? x + t->rank : x);
-			}
+			uint32_t mask = red_mask(body, n);
 			if (!d) {
 				d = t;
 				dims = mask;
 			} else {
 				ck_assert(d->rank == t->rank && !memcmp(d->dims, t->dims, d->rank * sizeof *d->dims));
-				ck_assert_uint_eq(mask, dims);
+				if (mask != dims) {
+					ck_assert(dims2 == UINT32_MAX || dims2 == mask);
+					dims2 = mask;
+				}
 			}
+		}
+	}
+	if (dims2 != UINT32_MAX) {
+		/* L2b: row reductions over K (holding D's innermost dim) and
+		 * column sums over the other dims */
+		uint32_t last = 1u << (d->rank - 1), all = (1u << d->rank) - 1;
+		uint32_t outer = dims & last ? dims2 : dims;
+		ck_assert_uint_eq(dims | dims2, all);
+		ck_assert_uint_eq(dims & dims2, 0);
+		ck_assert_uint_eq(outer & last, 0);
+		for (uint32_t i = 0; i < body->nnodes; i++) {
+			const fj_node *n = &body->nodes[i];
+			if ((fj_op_info(ctx, n->op)->flags & FJ_OPF_REDUCTION) && red_mask(body, n) == outer)
+				ck_assert_int_eq(n->op, FJ_OP_PRIMS_SUM);
 		}
 	}
 	ck_assert_int_le(opaque, 1);
