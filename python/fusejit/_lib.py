@@ -62,7 +62,8 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, "libfusejit.so")
     root = os.path.dirname(os.path.dirname(here))
-    for d in sorted(glob.glob(os.path.join(root, "build*", "libfusejit.so"))):
+    yield os.path.join(root, "build", "libfusejit.so")
+    for d in sorted(glob.glob(os.path.join(root, "build?*", "libfusejit.so"))):
         yield d
     found = ctypes.util.find_library("fusejit")
     if found:
@@ -79,7 +80,11 @@ def load():
         except OSError as e:
             errors.append("%s: %s" % (path, e))
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as e:  # an older library without this API
+            errors.append("%s: %s" % (path, e))
+            continue
         lib._fusejit_path = path
         return lib
     raise OSError("fusejit: libfusejit.so not found (set FUSEJIT_LIB to its path, or build the "
