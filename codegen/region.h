@@ -326,11 +326,13 @@ void fj_rg_acc_finish(fj_rg *r, fj_rg_acc *acc, LLVMValueRef count);
 /* persistent_inner_outer on the host: the kernel's parallel space [lo, hi)
  * is S "slots" of rows, S >= 1 chosen by the runtime and passed as the last
  * entry of dims (after the extra symbols); ptrs[operands + results] is a
- * workspace of FJ_RG_HOST_SLOT_HEADER + S * nsums * C * 8 bytes (C: the
- * element count of the columns, result col_result's), 8-byte aligned, whose
- * first i64 the runtime zeroes before each call. fj_rg_host_slots gives
- * nsums (0: the node needs none of this) and col_result. */
+ * workspace of FJ_RG_HOST_SLOT_HEADER + S * nsums * C * FJ_RG_HOST_SLOT_BYTES
+ * bytes (C: the element count of the columns, result col_result's), 8-byte
+ * aligned, whose first i64 the runtime zeroes before each call.
+ * fj_rg_host_slots gives nsums (0: the node needs none of this) and
+ * col_result. */
 #define FJ_RG_HOST_SLOT_HEADER 64
+#define FJ_RG_HOST_SLOT_BYTES 12 /* per column sum and column: f64 + an f32 block sum */
 fj_status fj_rg_host_slots(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *nsums,
                            uint32_t *col_result);
 

@@ -1063,7 +1063,7 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 			int64_t cols = 1;
 			for (int k = 0; k < g->values[n->res[p->io_col[i]]].type.rank; k++)
 				cols *= cd[k];
-			size_t bytes = FJ_RG_HOST_SLOT_HEADER + (size_t)slots * p->io_nsums[i] * (size_t)cols * 8;
+			size_t bytes = FJ_RG_HOST_SLOT_HEADER + (size_t)slots * p->io_nsums[i] * (size_t)cols * FJ_RG_HOST_SLOT_BYTES;
 			if (bytes > p->ws_cap) {
 				void *w = fj_alloc(ctx, bytes);
 				if (!w)
