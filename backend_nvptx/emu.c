@@ -478,13 +478,20 @@ static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsi
 	(void)shared;
 	(void)nargs;
 	/* a split reduction (variant 4 of a 5-variant reduction region) keeps
-	 * up to 5 blocks: several chunks per tile, and an uneven grid */
+	 * up to 5 blocks: several chunks per tile, and an uneven grid;
+	 * persistent_inner_outer up to 7: its two-level merge groups
+	 * ceil(sqrt(blocks)) blocks, so 7 blocks form groups of 3, 3 and 1
+	 * (several groups, a full one before a partial last one), 3 blocks
+	 * (3 rows) 2 and 1. The blocks run one after the other: the merges
+	 * (the last block of a group, of all groups, does the work) never wait
+	 * on another block. */
 	bool split = k->nvariants == 5 && variant == 4 && k->sched != FJ_RG_MATMUL;
+	unsigned most = k->sched == FJ_RG_PERSISTENT_INNER_OUTER ? 7u : split ? 5u : 2u;
 	if (k->sched != FJ_RG_MATMUL && !(k->sched == FJ_RG_TRANSPOSE && variant == 0 && block == 256)) {
 		if (block > 64)
 			block = 64;
-		if (grid > (split ? 5u : 2u))
-			grid = split ? 5 : 2;
+		if (grid > most)
+			grid = most;
 	} else if (grid > 4) {
 		grid = 4;
 	}

@@ -54,6 +54,26 @@
  *                                    merges them in order and runs the
  *                                    epilogue. One reduction phase, no
  *                                    argmax/argmin (the variant is absent then).
+ *   persistent_inner_outer (persistent_inner plus outer reductions: column
+ *   sums over the rows, e.g. layer_norm's grad_weight/grad_bias), one launch:
+ *                         <name>     as persistent_inner's <name> (a block per
+ *                                    row, grid-stride), whose row output pass
+ *                                    also adds each outer reduction's operand
+ *                                    to this block's slice of the workspace (a
+ *                                    thread keeps the same columns in every
+ *                                    row: no sharing); any row length.
+ *                         <name>_reg8 as persistent_inner's _reg8, the column
+ *                                    partials of its 8 positions in registers.
+ *                                    Both: a grid of about one wave of blocks;
+ *                                    at the end each block's partials (f64)
+ *                                    go to its slice, then a two-level merge
+ *                                    (atomic counters after a fence, as
+ *                                    _split): the last block of each group of
+ *                                    ceil(sqrt(blocks)) consecutive blocks
+ *                                    merges the group's slices in block order
+ *                                    into a group partial, the last group's
+ *                                    merger the group partials in group order,
+ *                                    and stores the column-shaped results.
  *   matmul                <name>     f16/bf16 A and B: tensor cores. 64x64
  *                                    output tiles per block of 4 warps, A and B
  *                                    staged in shared memory through the
@@ -471,8 +491,43 @@ typedef struct redctx {
 	V rows, len;     /* i64 */
 	fj_rg_acc acc[FJ_RG_MAX_REDS];
 	bool ordered;    /* an argmax/argmin: contiguous chunks per thread */
-	int8_t space[MAXIO]; /* per result: 'D' or 'R' */
+	int8_t space[MAXIO]; /* per result: 'D', 'R' or (persistent_inner_outer) 'C' */
 } redctx;
+
+/* persistent_inner_outer with outer reductions (the io entries below). */
+static bool io_ok(const fj_rg_analysis *a) { return a->sched == FJ_RG_PERSISTENT_INNER_OUTER && a->noreds > 0; }
+
+/* D (a body value of its shape) and its dims K: the first inner reduction's
+ * operand, or without one, the first outer reduction's (K: the dims it keeps). */
+static void red_domain(const fj_rg_analysis *a, fj_vid *dv, uint32_t *kmask)
+{
+	const fj_graph *body = a->node->body;
+	if (a->nreds > 0 || !io_ok(a)) {
+		*dv = body->nodes[a->reds[0]].opnds[0];
+		*kmask = a->kmask;
+		return;
+	}
+	*dv = body->nodes[a->oreds[0]].opnds[0];
+	int rank = body->values[*dv].type.rank;
+	*kmask = ~a->okmask & (rank >= 32 ? ~0u : (1u << rank) - 1);
+}
+
+/* Whether body value v is column-shaped in a persistent_inner_outer region:
+ * an outer reduction's result or computed from one (FJ_RG_COL). */
+static bool io_col_value(const fj_rg_analysis *a, fj_vid v)
+{
+	const fj_rg_value *rv = &a->vals[v];
+	if (!io_ok(a))
+		return false;
+	if (rv->cls == FJ_RG_COL)
+		return true;
+	if (rv->cls != FJ_RG_REDUCTION)
+		return false;
+	for (int o = 0; o < a->noreds; o++)
+		if (rv->node == a->oreds[o])
+			return true;
+	return false;
+}
 
 static bool same_count(fj_module *m, const fj_type *t, const fj_dim *dims, int n)
 {
@@ -486,13 +541,13 @@ static fj_status red_setup(gk *k, redctx *rc)
 {
 	const fj_rg_analysis *a = k->a;
 	const fj_graph *body = k->body;
-	const fj_node *r0 = &body->nodes[a->reds[0]];
-	rc->dv = r0->opnds[0];
+	uint32_t kmask;
+	red_domain(a, &rc->dv, &kmask);
 	const fj_type *dt = &body->values[rc->dv].type;
 	rc->drank = dt->rank;
 	rc->nr = rc->nk = 0;
 	for (int d = 0; d < dt->rank; d++) {
-		if (a->kmask & (1u << d))
+		if (kmask & (1u << d))
 			rc->kdims[rc->nk++] = d;
 		else
 			rc->rdims[rc->nr++] = d;
@@ -505,7 +560,9 @@ static fj_status red_setup(gk *k, redctx *rc)
 		fj_vid v = body->results[j];
 		const fj_rg_value *rv = &a->vals[v];
 		const fj_type *t = &body->values[v].type;
-		if (rv->in_r || same_count(m, t, rd, rc->nr))
+		if (io_col_value(a, v) || (io_ok(a) && rv->in_c && !rv->in_r && !rv->in_d))
+			rc->space[j] = 'C';
+		else if (rv->in_r || same_count(m, t, rd, rc->nr))
 			rc->space[j] = 'R';
 		else if (rv->in_d || same_count(m, t, dt->dims, dt->rank))
 			rc->space[j] = 'D';
@@ -1138,6 +1195,424 @@ static fj_status emit_split(gk *k)
 	return entry_end(k);
 }
 
+/* ---- persistent_inner_outer: rows and column sums in one launch ---- */
+
+/* A persistent_inner kernel (a block per row, the grid striding over the
+ * rows; the main entry as <name> of persistent_inner, _reg8 as its _reg8)
+ * whose row output pass also accumulates, for every outer reduction (a sum
+ * over the rows: layer_norm's grad_weight and grad_bias ...), its operand at
+ * the row's positions into per-thread column partials. A thread handles the
+ * same positions of every row (t + m*ntid, or its chunk when an
+ * argmax/argmin orders them), so no two threads of a block share a column:
+ * _reg8 keeps the partials of its 8 positions in registers (later positions,
+ * a block smaller than the plan's, in the workspace), the main entry keeps
+ * them all in this block's slice of the workspace (any row length). Then
+ * every block stores its partials to its slice and the slices merge in two
+ * levels, in the same launch, without waiting on other blocks (only the
+ * counter pattern of _split: the last to arrive does the work):
+ *   - the blocks form groups of G consecutive blocks (the last group may be
+ *     smaller); a block fences and counts itself done on its group's
+ *     counter, and the group's last block merges the group's slices in block
+ *     order into the group's partial, re-zeroes the group counter, fences
+ *     and counts the group done on the global counter;
+ *   - the last group's merger merges the group partials in group order,
+ *     finishes the outer reductions, writes the column-shaped results and
+ *     re-zeroes the global counter for the next launch.
+ * G = ceil(sqrt(nblocks)), from gridDim at run time: the critical path (the
+ * last group's merge, then the final one) reads G + ceil(nblocks / G)
+ * slices, least for G near sqrt(nblocks): 12 + 11 for 132 blocks instead of
+ * the 132 a single merger reads (a fixed G = 16 would give 16 + 9; sqrt
+ * also groups the emulator's small grids: 7 blocks -> 3, 3, 1). The
+ * merges' order depends on the grid only: the same bits for the same grid,
+ * whatever the timing. Each merging thread strides over the columns and
+ * loads IO_UNROLL slices (of every outer reduction) before merging them in
+ * order, to keep several loads in flight. Any grid works (the emulator's
+ * smaller one uses fewer slices and groups); rows = 0 still writes the
+ * columns (the reductions' identity).
+ * Workspace (zeroed once by the runtime; every counter is back at 0 after a
+ * launch): i32 counters, the global one then one per group, padded to 16
+ * bytes; the blocks' 8-byte states [(block * noreds + o) * len + column];
+ * the groups' [(group * noreds + o) * len + column] (io_ws_bytes). Outer
+ * reductions with one state value only (sum, prod, amax, amin). */
+#define IO_SMS 132 /* H100 SXM: 132 SMs (H200 too) */
+#define IO_UNROLL 4 /* slices loaded per merge step */
+
+/* G (the blocks of a group) for a grid of nb blocks: ceil(sqrt(nb)) */
+static int64_t io_group_blocks(int64_t nb)
+{
+	int64_t g = 1;
+	while (g * g < nb)
+		g++;
+	return g;
+}
+
+/* The workspace of a grid of nb blocks (and of any smaller grid). */
+static int64_t io_ws_bytes(int64_t nb, int64_t noreds, int64_t len)
+{
+	int64_t g = io_group_blocks(nb), ngroups = (nb + g - 1) / g;
+	return (1 + ngroups + 3) / 4 * 16 + (nb + ngroups) * noreds * len * 8;
+}
+
+/* The same G in the kernel: the f64 square root rounded up, corrected by
+ * one where it was off (it is exact for perfect squares). */
+static V io_group_blocks_ir(gk *k, V nb)
+{
+	fj_cg *cg = k->cg;
+	LLVMTypeRef f64 = cg->t_f64;
+	V x = LLVMBuildSIToFP(B, nb, f64, "");
+	unsigned id = LLVMLookupIntrinsicID("llvm.sqrt", 9);
+	LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &f64, 1);
+	LLVMTypeRef fty = LLVMIntrinsicGetType(cg->llctx, id, &f64, 1);
+	V g = LLVMBuildFPToSI(B, LLVMBuildCall2(B, fty, f, &x, 1, ""), cg->t_i64, "");
+	g = sel(k, slt(k, mul(k, g, g), nb), add(k, g, i64c(k, 1)), g);
+	V gm = LLVMBuildSub(B, g, i64c(k, 1), "");
+	V down = LLVMBuildAnd(B, slt(k, i64c(k, 1), g), LLVMBuildNot(B, slt(k, mul(k, gm, gm), nb), ""), "");
+	return sel(k, down, gm, g);
+}
+
+static V io_slot(gk *k, V part, V blk, int o, V len, V j)
+{
+	V at = add(k, mul(k, add(k, mul(k, blk, i64c(k, k->a->noreds)), i64c(k, o)), len), j);
+	return LLVMBuildInBoundsGEP2(B, k->cg->t_i64, part, &at, 1, "");
+}
+
+/* Merges into oacc (every outer reduction's state, reset by the caller)
+ * the states of slices first .. first+count-1 of `area` (blocks' slices or
+ * groups' partials, count >= 1) at column col, in slice order: IO_UNROLL
+ * slices' volatile loads (from L2, never a line this SM's L1 kept: other
+ * blocks rewrite them at every launch) issued before their merges; past the
+ * end a step reloads the last slice and merges nothing. */
+static void io_merge_slices(gk *k, fj_rg_acc *oacc, V area, V first, V count, V len, V col)
+{
+	int nr = k->a->noreds;
+	V last = LLVMBuildSub(B, count, i64c(k, 1), "");
+	gloop sl;
+	gloop_begin(k, &sl, i64c(k, 0), count, i64c(k, IO_UNROLL), "slices");
+	V ld[IO_UNROLL][FJ_RG_MAX_REDS], in[IO_UNROLL];
+	for (int u = 0; u < IO_UNROLL; u++) {
+		V i = add(k, sl.iv, i64c(k, u));
+		in[u] = slt(k, i, count);
+		i = add(k, first, sel(k, in[u], i, last));
+		for (int o = 0; o < nr; o++) {
+			ld[u][o] = LLVMBuildLoad2(B, oacc[o].ty[0], io_slot(k, area, i, o, len, col), "");
+			LLVMSetVolatile(ld[u][o], 1);
+		}
+	}
+	for (int u = 0; u < IO_UNROLL; u++) {
+		fj_cg_if c;
+		if (u > 0)
+			if_begin(k, &c, in[u]);
+		for (int o = 0; o < nr; o++) {
+			V other[3] = {ld[u][o], NULL, NULL};
+			fj_rg_acc_merge(&k->r, &oacc[o], other);
+		}
+		if (u > 0)
+			if_end(k, &c);
+	}
+	gloop_end(k, &sl);
+}
+
+/* Counts this block in the i32 counter at cnt (thread 0, after a fence
+ * and a barrier) and tells every thread whether it was the last of `total`
+ * (through the shared i32 at flag). */
+static V io_arrive(gk *k, blockctx *bc, V cnt, V total, V flag)
+{
+	fj_cg *cg = k->cg;
+	/* what this block wrote visible device-wide before the count says so */
+	device_fence(k);
+	cg->target->barrier(cg);
+	fj_cg_if c;
+	if_begin(k, &c, bc->tid0);
+	V old = LLVMBuildAtomicRMW(B, LLVMAtomicRMWBinOpAdd, cnt, fj_cg_i32(cg, 1), LLVMAtomicOrderingMonotonic, 0);
+	V is_last = LLVMBuildICmp(B, LLVMIntEQ, zx64(k, old), LLVMBuildSub(B, total, i64c(k, 1), ""), "");
+	LLVMBuildStore(B, LLVMBuildZExt(B, is_last, cg->t_i32, ""), flag);
+	if_end(k, &c);
+	cg->target->barrier(cg);
+	return LLVMBuildICmp(B, LLVMIntNE, LLVMBuildLoad2(B, cg->t_i32, flag, ""), fj_cg_i32(cg, 0), "");
+}
+
+/* Adds the operand of acc's outer reduction at point p to the state in
+ * `slot` (acc: a scratch accumulator of that reduction). */
+static void io_accumulate_slot(gk *k, fj_rg_acc *acc, V slot, fj_rg_point *p)
+{
+	fj_cg *cg = k->cg;
+	const fj_node *rn = &k->body->nodes[acc->node];
+	fj_rg_point q = *p;
+	V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
+	fj_cg_set(cg, acc->var[0], LLVMBuildLoad2(B, acc->ty[0], slot, ""));
+	fj_rg_acc_step(&k->r, acc, x, NULL);
+	V vals[3];
+	fj_rg_acc_load(&k->r, acc, vals);
+	LLVMBuildStore(B, vals[0], slot);
+}
+
+/* The row's D-shaped outputs and column partials (in the slice) at
+ * positions [j0, jend) step js, then its R-shaped outputs (thread 0). */
+static void io_row_out(gk *k, redctx *rc, fj_rg_acc *oacc, V part, V ridx[], V row, V j0, V jend, V js,
+                       V is_first)
+{
+	gloop l;
+	gloop_begin(k, &l, j0, jend, js, "out");
+	V didx[FJ_MAX_RANK];
+	d_point(k, rc, ridx, l.iv, didx);
+	V dlin = lin_of(k, rc->dv, didx, rc->drank);
+	store_space(k, rc, 'D', rc->drank, didx, dlin);
+	fj_rg_point p;
+	fj_rg_point_idx(&p, rc->drank, didx);
+	for (int o = 0; o < k->a->noreds; o++)
+		io_accumulate_slot(k, &oacc[o], io_slot(k, part, k->ctaid, o, rc->len, l.iv), &p);
+	gloop_end(k, &l);
+	bool anyr = false;
+	for (uint32_t j = 0; j < k->nout; j++)
+		anyr |= rc->space[j] == 'R';
+	if (anyr) {
+		fj_cg_if c;
+		if_begin(k, &c, is_first);
+		store_space(k, rc, 'R', rc->nr, ridx, row);
+		if_end(k, &c);
+	}
+}
+
+/* The inner reductions' results are values of the row loop: unbound after it
+ * (nothing column-shaped may use them). */
+static void io_unbind_rows(gk *k)
+{
+	for (int i = 0; i < k->a->nreds; i++) {
+		const fj_node *rn = &k->body->nodes[k->a->reds[i]];
+		for (uint32_t j = 0; j < rn->nres; j++)
+			fj_rg_bind(&k->r, rn->res[j], NULL);
+	}
+}
+
+static fj_status emit_io(gk *k, bool reg)
+{
+	fj_cg *cg = k->cg;
+	const fj_rg_analysis *a = k->a;
+	for (int o = 0; o < a->noreds; o++) {
+		fj_op op = k->body->nodes[a->oreds[o]].op;
+		if (op != FJ_OP_PRIMS_SUM && op != FJ_OP_PRIMS_PROD && op != FJ_OP_PRIMS_AMAX && op != FJ_OP_PRIMS_AMIN)
+			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, k->n->loc,
+			                       "fusion.kernel: an outer reduction of persistent_inner_outer must be a "
+			                       "sum, prod, amax or amin");
+	}
+	redctx rc;
+	k->want_ws = true;
+	fj_status st = red_begin(k, &rc, reg ? "_reg8" : "", reg ? REG_BLOCK : BLOCK_MAX);
+	k->want_ws = false;
+	if (st != FJ_OK)
+		return st;
+	fj_rg_acc oacc[FJ_RG_MAX_REDS];
+	fj_rg_acc (*racc)[REG_E] = reg ? calloc((size_t)a->noreds, sizeof *racc) : NULL;
+	if (reg && !racc) {
+		fj_rg_end(&k->r);
+		LLVMDeleteFunction(k->fn);
+		cg->fn = NULL;
+		return fj_error_status(a->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	}
+	blockctx bc;
+	block_setup(k, &rc, &bc);
+	for (int o = 0; o < a->noreds; o++) {
+		fj_rg_acc_init(&k->r, a->oreds[o], &oacc[o]);
+		for (int e = 0; reg && e < REG_E; e++)
+			fj_rg_acc_init(&k->r, a->oreds[o], &racc[o][e]);
+	}
+	char nm[48];
+	snprintf(nm, sizeof nm, "io_last%u", k->nshared++);
+	V last_sh = cg->target->shared_array(cg, cg->t_i32, 2, nm); /* group's last, all's last */
+	/* the groups and the workspace's areas (io_ws_bytes) */
+	V nb = k->nctaid;
+	V gsz = io_group_blocks_ir(k, nb);
+	V ngroups = LLVMBuildSDiv(B, add(k, nb, LLVMBuildSub(B, gsz, i64c(k, 1), "")), gsz, "ngroups");
+	V grp = LLVMBuildSDiv(B, k->ctaid, gsz, "group");
+	V gfirst = mul(k, grp, gsz);
+	V gcount = LLVMBuildSub(B, nb, gfirst, "");
+	gcount = sel(k, slt(k, gcount, gsz), gcount, gsz);
+	V hdr = mul(k, LLVMBuildSDiv(B, add(k, ngroups, i64c(k, 4)), i64c(k, 4), ""), i64c(k, 16));
+	V part = LLVMBuildGEP2(B, cg->t_i8, k->wsp, &hdr, 1, "partials");
+	V gbytes = mul(k, mul(k, nb, i64c(k, a->noreds * 8)), rc.len);
+	V gpart = LLVMBuildGEP2(B, cg->t_i8, part, &gbytes, 1, "group_partials");
+	V gidx = add(k, grp, i64c(k, 1));
+	V gcnt = LLVMBuildGEP2(B, cg->t_i32, k->wsp, &gidx, 1, "group_count");
+	V one = i64c(k, 1);
+	V flag_all = LLVMBuildGEP2(B, cg->t_i32, last_sh, &one, 1, "");
+	/* this thread's positions: strided, or a contiguous chunk (argmax/argmin) */
+	V j0 = k->tid, jend = rc.len, js = k->ntid;
+	if (rc.ordered && !reg) {
+		V ch = LLVMBuildUDiv(B, add(k, rc.len, LLVMBuildSub(B, k->ntid, i64c(k, 1), "")), k->ntid, "");
+		j0 = mul(k, k->tid, ch);
+		jend = add(k, j0, ch);
+		jend = sel(k, slt(k, jend, rc.len), jend, rc.len);
+		js = i64c(k, 1);
+	}
+	/* the slice's positions this thread accumulates in memory start at the
+	 * identity (_reg8: those past its registers) */
+	V jm0 = reg ? add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))) : j0;
+	{
+		gloop zl;
+		gloop_begin(k, &zl, jm0, jend, js, "init");
+		for (int o = 0; o < a->noreds; o++) {
+			V vals[3];
+			fj_rg_acc_load(&k->r, &oacc[o], vals);
+			LLVMBuildStore(B, vals[0], io_slot(k, part, k->ctaid, o, rc.len, zl.iv));
+		}
+		gloop_end(k, &zl);
+	}
+	gloop rl;
+	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
+	V ridx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	if (!reg) {
+		for (int ph = 0; ph < a->nphases; ph++) {
+			for (int i = 0; i < a->nreds; i++)
+				if (a->red_phase[i] == ph)
+					fj_rg_acc_reset(&k->r, &rc.acc[i]);
+			gloop jl;
+			gloop_begin(k, &jl, j0, jend, js, "pos");
+			step_phase(k, &rc, ph, ridx, jl.iv);
+			gloop_end(k, &jl);
+			for (int i = 0; i < a->nreds; i++)
+				if (a->red_phase[i] == ph)
+					block_combine(k, &rc, &bc, i);
+		}
+	} else {
+		V jpos[REG_E], valid[REG_E];
+		fj_rg_point pts[REG_E];
+		V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
+		for (int e = 0; e < REG_E; e++) {
+			V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
+			valid[e] = slt(k, j, rc.len);
+			jpos[e] = sel(k, valid[e], j, i64c(k, 0));
+			d_point(k, &rc, ridx, jpos[e], didx[e]);
+			fj_rg_point_idx(&pts[e], rc.drank, didx[e]);
+			dlin[e] = lin_of(k, rc.dv, didx[e], rc.drank);
+		}
+		for (int ph = 0; ph < a->nphases; ph++) {
+			for (int i = 0; i < a->nreds; i++) {
+				if (a->red_phase[i] != ph)
+					continue;
+				fj_rg_acc_reset(&k->r, &rc.acc[i]);
+				const fj_node *rn = &k->body->nodes[a->reds[i]];
+				for (int e = 0; e < REG_E; e++) {
+					V x = fj_rg_eval(&k->r, rn->opnds[0], &pts[e]);
+					fj_cg_if c;
+					if_begin(k, &c, valid[e]);
+					fj_rg_acc_step(&k->r, &rc.acc[i], x, jpos[e]);
+					if_end(k, &c);
+				}
+			}
+			gloop tl;
+			gloop_begin(k, &tl, jm0, rc.len, k->ntid, "tail");
+			step_phase(k, &rc, ph, ridx, tl.iv);
+			gloop_end(k, &tl);
+			for (int i = 0; i < a->nreds; i++)
+				if (a->red_phase[i] == ph)
+					block_combine(k, &rc, &bc, i);
+		}
+		/* the row's elements from the kept values, and the column partials */
+		for (int e = 0; e < REG_E; e++) {
+			V vals[MAXIO], xs[FJ_RG_MAX_REDS];
+			for (uint32_t j = 0; j < k->nout; j++) {
+				if (rc.space[j] != 'D')
+					continue;
+				fj_vid v = k->body->results[j];
+				fj_rg_point p;
+				if (a->vals[v].in_d)
+					p = pts[e];
+				else
+					fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin[e]);
+				vals[j] = fj_cg_convert(cg, fj_rg_eval(&k->r, v, &p), k->body->values[v].type.dtype,
+				                        k->out[j].dtype);
+			}
+			for (int o = 0; o < a->noreds; o++) {
+				fj_rg_point q = pts[e];
+				xs[o] = fj_rg_eval(&k->r, k->body->nodes[a->oreds[o]].opnds[0], &q);
+			}
+			fj_cg_if c;
+			if_begin(k, &c, valid[e]);
+			for (uint32_t j = 0; j < k->nout; j++)
+				if (rc.space[j] == 'D')
+					fj_cg_store(cg, &k->out[j], dlin[e], vals[j]);
+			for (int o = 0; o < a->noreds; o++)
+				fj_rg_acc_step(&k->r, &racc[o][e], xs[o], NULL);
+			if_end(k, &c);
+		}
+	}
+	/* the rest of the row (all of it in the main entry) and its R outputs */
+	io_row_out(k, &rc, oacc, part, ridx, rl.iv, jm0, jend, js, bc.tid0);
+	gloop_end(k, &rl);
+	io_unbind_rows(k);
+	/* _reg8: the register partials to the slice */
+	for (int e = 0; reg && e < REG_E; e++) {
+		V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
+		fj_cg_if c;
+		if_begin(k, &c, slt(k, j, rc.len));
+		for (int o = 0; o < a->noreds; o++) {
+			V vals[3];
+			fj_rg_acc_load(&k->r, &racc[o][e], vals);
+			LLVMBuildStore(B, vals[0], io_slot(k, part, k->ctaid, o, rc.len, j));
+		}
+		if_end(k, &c);
+	}
+	free(racc);
+	/* level 1: the group's last block merges its slices into the group's
+	 * partial, in block order */
+	V glast = io_arrive(k, &bc, gcnt, gcount, last_sh);
+	fj_cg_if c2;
+	if_begin(k, &c2, glast);
+	device_fence(k);
+	{
+		gloop gl;
+		gloop_begin(k, &gl, k->tid, rc.len, k->ntid, "gcol");
+		for (int o = 0; o < a->noreds; o++)
+			fj_rg_acc_reset(&k->r, &oacc[o]);
+		io_merge_slices(k, oacc, part, gfirst, gcount, rc.len, gl.iv);
+		for (int o = 0; o < a->noreds; o++) {
+			V vals[3];
+			fj_rg_acc_load(&k->r, &oacc[o], vals);
+			LLVMBuildStore(B, vals[0], io_slot(k, gpart, grp, o, rc.len, gl.iv));
+		}
+		gloop_end(k, &gl);
+	}
+	fj_cg_if c3;
+	if_begin(k, &c3, bc.tid0);
+	LLVMBuildStore(B, fj_cg_i32(cg, 0), gcnt);
+	if_end(k, &c3);
+	/* level 2: the last group's merger merges the group partials in group
+	 * order, finishes the outer reductions, stores the column results */
+	V last = io_arrive(k, &bc, k->wsp, ngroups, flag_all);
+	fj_cg_if c4;
+	if_begin(k, &c4, last);
+	device_fence(k);
+	gloop cl;
+	gloop_begin(k, &cl, k->tid, rc.len, k->ntid, "col");
+	for (int o = 0; o < a->noreds; o++)
+		fj_rg_acc_reset(&k->r, &oacc[o]);
+	io_merge_slices(k, oacc, gpart, i64c(k, 0), ngroups, rc.len, cl.iv);
+	for (int o = 0; o < a->noreds; o++)
+		fj_rg_acc_finish(&k->r, &oacc[o], rc.rows);
+	V kidx[FJ_MAX_RANK];
+	unravel(k, rc.dv, rc.kdims, rc.nk, cl.iv, kidx);
+	for (uint32_t j = 0; j < k->nout; j++) {
+		if (rc.space[j] != 'C')
+			continue;
+		fj_vid v = k->body->results[j];
+		fj_rg_point p;
+		if (a->vals[v].in_c)
+			fj_rg_point_idx(&p, rc.nk, kidx);
+		else
+			fj_rg_point_lin(&p, k->body->values[v].type.rank, cl.iv);
+		fj_rg_store(&k->r, &k->out[j], cl.iv, v, &p);
+	}
+	gloop_end(k, &cl);
+	fj_cg_if c5;
+	if_begin(k, &c5, bc.tid0);
+	LLVMBuildStore(B, fj_cg_i32(cg, 0), k->wsp);
+	if_end(k, &c5);
+	if_end(k, &c4);
+	if_end(k, &c2);
+	return entry_end(k);
+}
+
 /* ---- matmul: 16x16 shared-memory tiles ---- */
 
 static fj_status emit_matmul(gk *k, const char *suffix)
@@ -1675,6 +2150,11 @@ static int region_variants(const fj_rg_analysis *a, const char **suffix)
 		suffix[1] = "_add";
 		return 2;
 	default:
+		if (io_ok(a)) { /* persistent_inner_outer: the workspace entry, then registers */
+			suffix[0] = "";
+			suffix[1] = "_reg8";
+			return 2;
+		}
 		if (a->nreds) {
 			suffix[0] = "";
 			suffix[1] = "_tpr";
@@ -1698,6 +2178,8 @@ static fj_status emit_variant(gk *k, int v)
 	case FJ_RG_SCAN: return emit_scan(k);
 	case FJ_RG_SCATTER: return emit_scatter(k, v == 1);
 	default:
+		if (io_ok(a))
+			return emit_io(k, v == 1);
 		if (a->nreds)
 			return v == 0 ? emit_bpr(k) : v == 1 ? emit_tpr(k) : v == 2 ? emit_reg(k) : v == 3 ? emit_col(k)
 			                                                                               : emit_split(k);
@@ -2044,6 +2526,64 @@ static int64_t split_chunks(const fj_rg_analysis *a, bool is_inner, bool ordered
 	return s < most ? s : most;
 }
 
+/* persistent_inner_outer (emit_io): _reg8 for rows up to REG_E * REG_BLOCK
+ * positions without argmax/argmin, else the main entry (partials in the
+ * workspace); blocks of about len/8 threads; a persistent grid: the blocks
+ * that fit at once on IO_SMS SMs (1 to 4 each), never more blocks than
+ * rows. The workspace holds a slice per block (noreds x len states) and a
+ * partial per group of blocks (emit_io's two-level merge), so no more
+ * blocks than fill the GPU once (a 4096-wide layer_norm: 132 blocks of 512
+ * in 11 groups of 12, 9.4 MB of partials; the last group's merger and the
+ * final one read 23 slices, 1.5 MB).
+ * Forced (FUSEJIT_NVPTX_VARIANTS): "bpr" the main entry, "reg" _reg8 where
+ * it applies. Rows = 0 still launches one block (the column results: sums
+ * of nothing). */
+static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim d), void *ud, fj_nvptx_plan *plan)
+{
+	const fj_graph *body = a->node->body;
+	fj_vid dv;
+	uint32_t kmask;
+	red_domain(a, &dv, &kmask);
+	const fj_type *t = &body->values[dv].type;
+	int64_t rows = 1, len = 1;
+	for (int i = 0; i < t->rank; i++) {
+		int64_t d = dimval(ud, t->dims[i]);
+		if (kmask & (1u << i))
+			len *= d;
+		else
+			rows *= d;
+	}
+	bool ordered = false;
+	for (int i = 0; i < a->nreds; i++) {
+		fj_op op = body->nodes[a->reds[i]].op;
+		ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
+		plan->may_fail |= op == FJ_OP_PRIMS_AMAX || op == FJ_OP_PRIMS_AMIN || op == FJ_OP_PRIMS_ARGMAX ||
+		                  op == FJ_OP_PRIMS_ARGMIN;
+	}
+	for (int o = 0; o < a->noreds; o++) {
+		fj_op op = body->nodes[a->oreds[o]].op;
+		plan->may_fail |= op == FJ_OP_PRIMS_AMAX || op == FJ_OP_PRIMS_AMIN;
+	}
+	if (rows <= 0 && len <= 0)
+		return;
+	const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
+	bool reg = !ordered && len > 0 && len <= REG_E * REG_BLOCK;
+	if (force && strcmp(force, "bpr") == 0)
+		reg = false;
+	unsigned block = pow2_at_least(ceil_div(len, REG_E));
+	/* resident blocks per SM: 64K registers, up to 128 a thread in _reg8,
+	 * about 64 in the main entry */
+	int64_t per_sm = 65536 / ((reg ? 128 : 64) * (int64_t)block);
+	per_sm = per_sm < 1 ? 1 : per_sm > 4 ? 4 : per_sm;
+	int64_t grid = IO_SMS * per_sm;
+	if (grid > rows)
+		grid = rows;
+	if (grid < 1)
+		grid = 1;
+	plan->launch[plan->n++] = (fj_nvptx_launch_step){reg ? 1 : 0, (unsigned)grid, block, 0};
+	plan->workspace = (size_t)io_ws_bytes(grid, a->noreds, len > 0 ? len : 0);
+}
+
 fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint32_t node,
                                int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
                                fj_nvptx_plan *plan)
@@ -2113,6 +2653,10 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 		break;
 	}
 	default:
+		if (io_ok(&a)) {
+			plan_io(&a, dimval, ud, plan);
+			break;
+		}
 		if (a.nreds) {
 			const fj_node *r0 = &body->nodes[a.reds[0]];
 			t = &body->values[r0->opnds[0]].type;

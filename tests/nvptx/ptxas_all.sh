@@ -3,7 +3,9 @@
 # and every bench graph (bench/graphs/*.fj, bench/partition/*.fj, the GPU kit's
 # tests/gpu/bench/*.fj) through
 # `fusejit-opt --emit=ptx --target=sm_80|sm_90` (every kernel variant:
-# FUSEJIT_PTX_ALL_VARIANTS=1), then `ptxas -arch=sm_XX` on each PTX file.
+# FUSEJIT_PTX_ALL_VARIANTS=1), the bench graphs also in training
+# (--pipeline=train: their backward kernels), then `ptxas -arch=sm_XX` on each
+# PTX file.
 # Skips (exit 77) where the CUDA toolkit's ptxas is absent. Files run in
 # parallel (one job per core); 70-200 s on 2 (shared) cores for ~150 graphs.
 opt=$1
@@ -17,6 +19,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ls "$root"/tests/golden/cases/*/graph.fj "$root"/bench/graphs/*.fj "$root"/bench/partition/*.fj \
 	"$root"/tests/gpu/bench/*.fj 2>/dev/null >"$tmp/list"
+for f in "$root"/bench/graphs/*.fj; do echo "$f train"; done >>"$tmp/list"
 # FJ_TEST_QUICK (the sanitizer build of CI, which the normal build already
 # covered in full): every fourth graph, sm_80 only.
 targets="sm_80 sm_90"
@@ -31,17 +34,19 @@ start=$(date +%s)
 for sm in $targets; do
 	export sm
 	xargs -P "$jobs" -I{} sh -c '
-		f="{}"
-		out="$tmp/$(echo "$f" | tr / _).$sm.ptx"
-		if ! FUSEJIT_PTX_ALL_VARIANTS=1 "$opt" "$f" --emit=ptx --target=$sm -o "$out" 2>"$out.err"; then
-			echo "FAIL (emit, $sm): $f: $(head -c 400 "$out.err")"
+		set -- {}
+		f=$1
+		pipe=${2:-default}
+		out="$tmp/$(echo "$f" | tr / _).$pipe.$sm.ptx"
+		if ! FUSEJIT_PTX_ALL_VARIANTS=1 "$opt" "$f" --pipeline=$pipe --emit=ptx --target=$sm -o "$out" 2>"$out.err"; then
+			echo "FAIL (emit, $pipe, $sm): $f: $(head -c 400 "$out.err")"
 			echo x >>"$tmp/failed"
 		elif ! "$PTXAS" -arch=$sm "$out" -o /dev/null 2>"$out.err"; then
-			echo "FAIL (ptxas -arch=$sm): $f: $(head -c 400 "$out.err")"
+			echo "FAIL (ptxas -arch=$sm, $pipe): $f: $(head -c 400 "$out.err")"
 			echo x >>"$tmp/failed"
 		fi' <"$tmp/list"
 done
 failed=0
 [ -f "$tmp/failed" ] && failed=$(wc -l <"$tmp/failed")
-echo "ptxas: $n graphs x ($targets), $failed failed, $(( $(date +%s) - start )) s"
+echo "ptxas: $n graphs and pipelines x ($targets), $failed failed, $(( $(date +%s) - start )) s"
 [ "$failed" -eq 0 ]

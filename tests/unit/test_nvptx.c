@@ -4,7 +4,9 @@
  * lazy link and the fallback math, region compile times (cold and a cache
  * hit, printed on stderr), launch plans (tensor cores, split reductions),
  * and the GPU templates run on the host emulator: a split reduction picked
- * by its sizes, and every golden case in each variant mode. */
+ * by its sizes, every golden case in each variant mode, and
+ * persistent_inner_outer regions (training backwards: rows and column sums
+ * in one launch) against the reference, in each of their entries. */
 #include <math.h>
 #include <stdio.h>
 #include <time.h>
@@ -766,6 +768,234 @@ START_TEST(test_emulated_extra_syms)
 }
 END_TEST
 
+/* ---- persistent_inner_outer: rows and column sums in one launch ---- */
+
+/* Training graphs whose backward fuses into a persistent_inner_outer region:
+ * layer_norm (grad_weight, grad_bias) with odd sizes (37 rows: not a
+ * multiple of the emulator's 7 blocks; its two-level merge groups them as
+ * 3, 3 and 1), rms_norm over 4096 (the _reg8 limit; 5 rows: 5 blocks in
+ * groups of 3 and 2) and over 5000 (the workspace entry; 3 rows: groups
+ * of 2 and 1), the f16 residual + bias + layer_norm of rank 3 (21 rows:
+ * 7 blocks; grad_bias's operand depends on the row sums), and empty or
+ * single rows (one block, one group). */
+static const char *const io_srcs[] = {
+	"graph @main(%x: f32[37,300], %w: f32[300], %b: f32[300]) {\n"
+	"  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[300], eps=1e-5}\n"
+	"  return %y\n"
+	"}\n",
+	"graph @main(%x: f32[5,4096], %w: f32[4096]) {\n"
+	"  %y = aten.rms_norm(%x, %w) {normalized_shape=[4096], eps=1e-6}\n"
+	"  return %y\n"
+	"}\n",
+	"graph @main(%x: f32[3,5000], %w: f32[5000]) {\n"
+	"  %y = aten.rms_norm(%x, %w) {normalized_shape=[5000], eps=1e-6}\n"
+	"  return %y\n"
+	"}\n",
+	"graph @main(%x: f16[3,7,520], %bias: f16[520], %res: f16[3,7,520], %w: f16[520], %b: f16[520]) {\n"
+	"  %h = aten.add(%x, %bias)\n"
+	"  %h2 = aten.add(%h, %res)\n"
+	"  %y = aten.layer_norm(%h2, %w, %b) {normalized_shape=[520], eps=1e-5}\n"
+	"  return %y\n"
+	"}\n",
+	"graph @main(%x: f32[1,8], %w: f32[8], %b: f32[8]) {\n"
+	"  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[8], eps=1e-5}\n"
+	"  return %y\n"
+	"}\n",
+	"graph @main(%x: f16[0,16], %bias: f16[16], %res: f16[0,16], %w: f16[16], %b: f16[16]) {\n"
+	"  %h = aten.add(%x, %bias)\n"
+	"  %h2 = aten.add(%h, %res)\n"
+	"  %y = aten.layer_norm(%h2, %w, %b) {normalized_shape=[16], eps=1e-5}\n"
+	"  return %y\n"
+	"}\n",
+};
+
+/* src through the train pipeline up to partition (@main.fw, @main.bw). */
+static fj_module *io_module(fj_context *ctx, const char *src)
+{
+	fj_module *m = NULL;
+	ck_assert_msg(fj_parse_module(ctx, src, strlen(src), "io.fj", &m) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition",
+	                                 NULL),
+	                 FJ_OK);
+	ck_assert_ptr_nonnull(fj_module_find_graph(m, "main.fw"));
+	ck_assert_ptr_nonnull(fj_module_find_graph(m, "main.bw"));
+	return m;
+}
+
+/* The backward of src fused as the runtime does (the default pipeline):
+ * asserts that it holds a persistent_inner_outer region with outer
+ * reductions, and plans it with its static sizes. */
+static void io_plan(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
+{
+	fj_module *m = io_module(ctx, src);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	fj_graph *g = fj_module_find_graph(m, "main.bw");
+	ck_assert_ptr_nonnull(g);
+	int found = 0;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		if (g->nodes[i].op != FJ_OP_FUSION_KERNEL)
+			continue;
+		fj_rg_analysis a;
+		ck_assert_int_eq(fj_rg_analyze(ctx, g, i, &a), FJ_OK);
+		bool io = a.sched == FJ_RG_PERSISTENT_INNER_OUTER && a.noreds > 0;
+		fj_rg_analysis_free(&a);
+		if (!io)
+			continue;
+		found++;
+		ck_assert_int_eq(fj_nvptx_plan_region(NULL, g, i, static_dim, NULL, true, plan), FJ_OK);
+	}
+	ck_assert_int_eq(found, 1);
+	fj_module_destroy(m);
+}
+
+/* Runs src's forward on the reference (deterministic inputs), then its
+ * backward on the emulated GPU (twice on one binding: the last block must
+ * re-zero the counter) and on the reference, from the forward's saved values
+ * and deterministic tangents; asserts that they agree. */
+static void io_case(fj_nvptx_emu *emu, fj_context *ctx, const char *src, const char *mode)
+{
+	enum { MAXIN = 32, MAXOUT = 32 };
+	fj_module *m = io_module(ctx, src);
+	fj_graph *gf = fj_module_find_graph(m, "main.fw"), *gb = fj_module_find_graph(m, "main.bw");
+	ck_assert_uint_le(gf->nparams, MAXIN);
+	ck_assert_uint_le(gb->nparams, MAXIN);
+	ck_assert_uint_le(gf->nresults, MAXOUT);
+	ck_assert_uint_le(gb->nresults, MAXOUT);
+	fj_rt_tensor fin[MAXIN] = {0}, fout[MAXOUT] = {0}, tan[MAXIN] = {0}, out[MAXOUT] = {0}, ref[MAXOUT] = {0};
+	const fj_rt_tensor *finp[MAXIN], *tanp[MAXIN], *bin[MAXIN];
+	xsym_inputs(ctx, gf, fin, finp);
+	fj_rt_program *rp = NULL;
+	ck_assert_int_eq(fj_rt_program_create(ctx, gf, FJ_RT_EXEC_ATEN, &rp), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_bind(rp, finp, NULL, NULL, 0), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_run(rp, finp, fout), FJ_OK);
+	fj_rt_program_destroy(rp);
+	uint32_t nfwd = gf->num_fwd_outputs >= 0 ? (uint32_t)gf->num_fwd_outputs : 0;
+	uint32_t nsaved = gf->nresults - nfwd;
+	ck_assert_uint_le(nsaved, gb->nparams);
+	xsym_inputs(ctx, gb, tan, tanp); /* the tangents (and unused fillers for the saved values) */
+	for (uint32_t i = 0; i < gb->nparams; i++)
+		bin[i] = i < nsaved ? &fout[nfwd + i] : tanp[i];
+	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_rt_nvprog *p = NULL;
+	fj_status st = fj_rt_nvptx_create_on(ctx, gb, &dev, &p);
+	if (st == FJ_OK)
+		st = fj_rt_nvptx_bind(p, bin, NULL, NULL, 0);
+	ck_assert_msg(st == FJ_OK, "%s: %s", mode ? mode : "default", fj_context_error(ctx));
+	ck_assert_int_eq(fj_rt_program_create(ctx, gb, FJ_RT_EXEC_ATEN, &rp), FJ_OK);
+	ck_assert_int_eq(fj_rt_program_bind(rp, bin, NULL, NULL, 0), FJ_OK);
+	for (int run = 0; run < 2; run++) {
+		if (run == 1) /* other tangents: stale column results would show */
+			for (uint32_t i = nsaved; i < gb->nparams; i++)
+				for (int64_t e = 0; e < fj_rt_tensor_numel(&tan[i]); e++)
+					fj_rt_store_f64(tan[i].data, tan[i].dtype, e,
+					                0.5 - fj_rt_load_f64(tan[i].data, tan[i].dtype, e) * 0.75);
+		ck_assert_int_eq(fj_rt_program_run(rp, bin, ref), FJ_OK);
+		st = fj_rt_nvptx_run(p, bin, out);
+		ck_assert_msg(st == FJ_OK, "%s run %d: %s", mode ? mode : "default", run, fj_context_error(ctx));
+		for (uint32_t k = 0; k < gb->nresults; k++) {
+			bool placed = true;
+			ck_assert(fj_rt_tensor_same_type(&out[k], &ref[k]));
+			double err = fj_rt_rel_l2(&out[k], &ref[k], &placed);
+			ck_assert_msg(placed && err <= fj_rt_tolerance(ref[k].dtype), "%s run %d output %u: rel_err %g\n%s",
+			              mode ? mode : "default", run, k, err, src);
+			fj_rt_tensor_free(&out[k]);
+			fj_rt_tensor_free(&ref[k]);
+		}
+	}
+	fj_rt_program_destroy(rp);
+	fj_rt_nvptx_destroy(p);
+	for (uint32_t k = 0; k < gf->nresults; k++)
+		fj_rt_tensor_free(&fout[k]);
+	for (uint32_t i = 0; i < gf->nparams; i++)
+		fj_rt_tensor_free(&fin[i]);
+	for (uint32_t i = 0; i < gb->nparams; i++)
+		fj_rt_tensor_free(&tan[i]);
+	fj_module_destroy(m);
+}
+
+/* The plans: _reg8 up to 4096 positions, the workspace entry beyond (and
+ * forced by "bpr"), one wave of blocks, never more than the rows, one block
+ * for no rows; the workspace: the counters (the global one, one per group
+ * of ceil(sqrt(blocks)) blocks) padded to 16 bytes, a slice per block, a
+ * partial per group. */
+START_TEST(test_plans_inner_outer)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_plan p;
+	static const char ln_big[] = "graph @main(%x: f32[8192,4096], %w: f32[4096], %b: f32[4096]) {\n"
+	                             "  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[4096], eps=1e-5}\n"
+	                             "  return %y\n"
+	                             "}\n";
+	io_plan(ctx, ln_big, &p);
+	ck_assert_int_eq(p.n, 1);
+	ck_assert_int_eq(p.launch[0].variant, 1);
+	ck_assert_uint_eq(p.launch[0].block, 512);
+	ck_assert_uint_eq(p.launch[0].grid, 132);
+	/* groups of 12: 11, 12 counters in 48 bytes */
+	ck_assert_uint_eq(p.workspace, 48 + (132 + 11) * 2 * 4096 * 8);
+	/* more than 4096 positions: the workspace entry */
+	io_plan(ctx, io_srcs[2], &p);
+	ck_assert_int_eq(p.n, 1);
+	ck_assert_int_eq(p.launch[0].variant, 0);
+	ck_assert_uint_eq(p.launch[0].block, 1024);
+	ck_assert_uint_eq(p.launch[0].grid, 3);
+	ck_assert_uint_eq(p.workspace, 16 + (3 + 2) * 1 * 5000 * 8); /* groups of 2: 2 */
+	/* no rows: one block still writes the columns */
+	io_plan(ctx, io_srcs[5], &p);
+	ck_assert_int_eq(p.n, 1);
+	ck_assert_uint_eq(p.launch[0].grid, 1);
+	ck_assert_uint_eq(p.workspace, 16 + (1 + 1) * 3 * 16 * 8);
+	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
+	io_plan(ctx, ln_big, &p);
+	ck_assert_int_eq(p.launch[0].variant, 0);
+	ck_assert_uint_eq(p.launch[0].grid, 264);
+	/* groups of 17: 16 (the last of 9 blocks), 17 counters in 80 bytes */
+	ck_assert_uint_eq(p.workspace, 80 + (264 + 16) * 2 * 4096 * 8);
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* Every case with the variant the sizes pick, and with _reg8 forced:
+ * several groups of blocks with a partial last one (7, 5 and 3 blocks), a
+ * single group (one block); io_case runs each twice (counters re-zeroed). */
+START_TEST(test_emulated_inner_outer)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	static const char *const modes[] = {NULL, "reg"};
+	for (size_t mi = 0; mi < FJ_ARRAY_LEN(modes); mi++) {
+		if (modes[mi])
+			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
+		else
+			unsetenv("FUSEJIT_NVPTX_VARIANTS");
+		for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
+			io_case(emu, ctx, io_srcs[c], modes[mi]);
+	}
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_emu_destroy(emu);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* The workspace entry forced ("bpr") on every case: the column partials in
+ * the blocks' slices of the workspace (the same groups as above). */
+START_TEST(test_emulated_inner_outer_ws)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
+	for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
+		io_case(emu, ctx, io_srcs[c], "bpr");
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_emu_destroy(emu);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 Suite *suite_nvptx(void)
 {
 	Suite *s = suite_create("nvptx");
@@ -779,12 +1009,15 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_fallback_math);
 	tcase_add_test(tc, test_compile_times);
 	tcase_add_test(tc, test_plans);
+	tcase_add_test(tc, test_plans_inner_outer);
 	suite_add_tcase(s, tc);
 	TCase *te = tcase_create("emulated");
 	tcase_set_timeout(te, 600);
 	tcase_add_test(te, test_emulated_split);
 	tcase_add_test(te, test_emulated_goldens);
 	tcase_add_test(te, test_emulated_extra_syms);
+	tcase_add_test(te, test_emulated_inner_outer);
+	tcase_add_test(te, test_emulated_inner_outer_ws);
 	suite_add_tcase(s, te);
 	return s;
 }
