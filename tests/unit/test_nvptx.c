@@ -305,6 +305,25 @@ START_TEST(test_compile_times)
 	ck_assert_ptr_nonnull(strstr(k2->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
 	fprintf(stderr, "f16 matmul region -> PTX (mma + simt), cold: %.2f ms\n", (t5 - t4) / 1e3);
 	fj_module_destroy(m2);
+	/* layer_norm's backward with weight and bias gradients: one
+	 * persistent_inner_outer region (rows and column sums) */
+	static const char ln_src[] = "graph @ln(%x: f32[N,4096], %w: f32[4096], %b: f32[4096]) {\n"
+	                             "  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[4096], eps=1e-5}\n"
+	                             "  return %y\n"
+	                             "}\n";
+	ck_assert_int_eq(fj_parse_module(ctx, ln_src, strlen(ln_src), "ln.fj", &m2), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m2, fj_named_pipeline("train"), NULL), FJ_OK);
+	g2 = fj_module_find_graph(m2, "ln.bw");
+	ck_assert_ptr_nonnull(g2);
+	ck_assert_uint_eq(g2->nnodes, 1);
+	ck_assert_str_eq(g2->nodes[0].schedule, "persistent_inner_outer");
+	t4 = now_us();
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g2, 0, "sm_90", &k2, &hit), FJ_OK);
+	t5 = now_us();
+	ck_assert(!hit);
+	fprintf(stderr, "layer_norm backward region (rows + column sums) -> PTX (%d variants), cold: %.2f ms\n",
+	        k2->nvariants, (t5 - t4) / 1e3);
+	fj_module_destroy(m2);
 	ck_assert_msg(best < 2000, "a cache hit took %.1f us", best);
 	fj_module_destroy(m);
 	fj_context_destroy(ctx);
