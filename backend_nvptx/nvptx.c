@@ -19,6 +19,11 @@
  * definitions too: inlining ANDs it into the caller). __nv_fast_tanhf is
  * broken with LLVM 19 (an unknown intrinsic): __nv_tanhf is used.
  *
+ * Joining modules (region_gpu.c): a compilation with a sym_suffix appends it
+ * to every module-local symbol (before and after O3), and the PTX text has
+ * the NVPTX backend's process-wide call-sequence numbers renumbered per
+ * module, so that it does not depend on what else was compiled.
+ *
  * Fallback without a CUDA toolkit (no libdevice): PTX approximations
  * (ex2.approx, lg2.approx, sin/cos.approx through llvm.nvvm.*) composed into
  * every math function; doubles go through float. Accurate to ~1e-6 relative
@@ -214,6 +219,18 @@ fj_status fj_nvptx_comp_begin(fj_context *ctx, const char *sm, fj_nvptx_comp *c)
 {
 	memset(c, 0, sizeof *c);
 	c->ctx = ctx;
+	fj_nvptx_state *s;
+	fj_status st = fj_nvptx_state_get(ctx, &s);
+	if (st != FJ_OK)
+		return st;
+	return fj_nvptx_comp_begin_state(ctx, s, sm, c);
+}
+
+fj_status fj_nvptx_comp_begin_state(fj_context *ctx, fj_nvptx_state *s, const char *sm, fj_nvptx_comp *c)
+{
+	memset(c, 0, sizeof *c);
+	c->ctx = ctx;
+	c->state = s;
 	if (!sm)
 		sm = FJ_NVPTX_DEFAULT_SM;
 	fj_status st = fj_nvptx_check_sm(ctx, sm);
@@ -224,10 +241,6 @@ fj_status fj_nvptx_comp_begin(fj_context *ctx, const char *sm, fj_nvptx_comp *c)
 	if (!nvptx_target)
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
 		                       "nvptx: this LLVM has no NVPTX target");
-	fj_nvptx_state *s;
-	st = fj_nvptx_state_get(ctx, &s);
-	if (st != FJ_OK)
-		return st;
 	pthread_mutex_lock(&s->lock);
 	libdevice_load(s);
 	c->libdevice = s->libdevice != NULL;
@@ -292,10 +305,7 @@ static fj_status link_libdevice(fj_nvptx_comp *c)
 	}
 	if (!any)
 		return FJ_OK;
-	fj_nvptx_state *s;
-	fj_status st = fj_nvptx_state_get(c->ctx, &s);
-	if (st != FJ_OK)
-		return st;
+	fj_nvptx_state *s = c->state; /* libdevice was loaded by fj_nvptx_comp_begin */
 	LLVMMemoryBufferRef mb =
 		LLVMCreateMemoryBufferWithMemoryRange(s->libdevice, s->libdevice_len, "libdevice", 0);
 	LLVMModuleRef lib = NULL;
@@ -324,6 +334,38 @@ static fj_status link_libdevice(fj_nvptx_comp *c)
 	return FJ_OK;
 }
 
+/* Appends c->sym_suffix to the names of the module's symbols that are not
+ * kernels, declarations or LLVM's own (llvm.*): libdevice helpers kept as
+ * .func, its tables (__cudart_i2opi_f ...), shared-memory arrays. Names
+ * already ending with the suffix are kept, so that it can run again after
+ * O3 for the symbols O3 created. Unnamed globals get a name (the printer
+ * would call them __unnamed_<n> in every module). */
+static void suffix_locals(fj_nvptx_comp *c)
+{
+	size_t sl = strlen(c->sym_suffix);
+	if (!sl)
+		return;
+	char buf[512];
+	for (int pass = 0; pass < 2; pass++) {
+		LLVMValueRef v = pass ? LLVMGetFirstGlobal(c->mod) : LLVMGetFirstFunction(c->mod);
+		for (; v; v = pass ? LLVMGetNextGlobal(v) : LLVMGetNextFunction(v)) {
+			if (LLVMIsDeclaration(v) || LLVMGetLinkage(v) == LLVMAppendingLinkage)
+				continue;
+			if (!pass && LLVMGetFunctionCallConv(v) == LLVMPTXKernelCallConv)
+				continue;
+			size_t len;
+			const char *name = LLVMGetValueName2(v, &len);
+			if (len >= 5 && strncmp(name, "llvm.", 5) == 0)
+				continue;
+			if (len >= sl && memcmp(name + len - sl, c->sym_suffix, sl) == 0)
+				continue;
+			int n = snprintf(buf, sizeof buf, "%.*s%s", (int)(len < 400 ? len : 400), len ? name : "fj_anon",
+			                 c->sym_suffix);
+			LLVMSetValueName2(v, buf, (size_t)n);
+		}
+	}
+}
+
 fj_status fj_nvptx_comp_optimise(fj_nvptx_comp *c)
 {
 	char *msg = NULL;
@@ -337,14 +379,67 @@ fj_status fj_nvptx_comp_optimise(fj_nvptx_comp *c)
 	fj_status st = link_libdevice(c);
 	if (st != FJ_OK)
 		return st;
+	suffix_locals(c);
 	LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
 	LLVMErrorRef e = LLVMRunPasses(c->mod, "default<O3>", c->tm, opts);
 	LLVMDisposePassBuilderOptions(opts);
 	if (e)
 		return llvm_err(c->ctx, e, "running default<O3>");
+	suffix_locals(c);
 	if (c->nerrors)
 		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: LLVM: %s", c->first_error);
 	return FJ_OK;
+}
+
+/* NVPTX numbers call sequences with a process-wide counter (the comments
+ * "{ // callseq N, 0" / "} // callseq N", and the prototype_N names of
+ * indirect calls), so the text would depend on what was compiled before and
+ * on other threads compiling at the same time. Appends p to out with those
+ * numbers renumbered per module, 0, 1, ... in order of first appearance. */
+static void put_renumbered(fj_buf *out, const char *p, size_t n)
+{
+	static const char *const pre[] = {"callseq ", "prototype_"};
+	unsigned long *seen = NULL;
+	size_t nseen = 0, cap = 0, last = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != 'c' && p[i] != 'p')
+			continue;
+		bool proto = p[i] == 'p';
+		const char *w = pre[proto];
+		size_t wl = strlen(w), j = i + wl;
+		if (j >= n || memcmp(p + i, w, wl) != 0 || p[j] < '0' || p[j] > '9')
+			continue;
+		/* "// callseq N"; prototype_N as a whole name followed by " :" or ";" */
+		if (!proto ? i < 3 || memcmp(p + i - 3, "// ", 3) != 0
+		           : i > 0 && (p[i - 1] == '_' || p[i - 1] == '$' || (p[i - 1] >= '0' && p[i - 1] <= '9') ||
+		                       ((p[i - 1] | 32) >= 'a' && (p[i - 1] | 32) <= 'z')))
+			continue;
+		unsigned long num = 0;
+		while (j < n && p[j] >= '0' && p[j] <= '9' && num < 100000000ul)
+			num = num * 10 + (unsigned long)(p[j++] - '0');
+		if (proto && (j >= n || (p[j] != ' ' && p[j] != ';')))
+			continue;
+		size_t k = 0;
+		while (k < nseen && seen[k] != num)
+			k++;
+		if (k == nseen) {
+			if (nseen == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				unsigned long *ns = realloc(seen, nc * sizeof *ns);
+				if (!ns)
+					break; /* the rest as it is */
+				seen = ns;
+				cap = nc;
+			}
+			seen[nseen++] = num;
+		}
+		fj_buf_putn(out, p + last, i + wl - last);
+		fj_buf_printf(out, "%zu", k);
+		last = j;
+		i = j - 1;
+	}
+	fj_buf_putn(out, p + last, n - last);
+	free(seen);
 }
 
 fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out)
@@ -364,7 +459,7 @@ fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out)
 		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: PTX emission failed: %s",
 		                       c->first_error);
 	}
-	fj_buf_putn(out, LLVMGetBufferStart(mb), LLVMGetBufferSize(mb));
+	put_renumbered(out, LLVMGetBufferStart(mb), LLVMGetBufferSize(mb));
 	LLVMDisposeMemoryBuffer(mb);
 	return out->oom ? FJ_ERR_NOMEM : FJ_OK;
 }

@@ -41,9 +41,16 @@
 
 /* ---- one compilation: an LLVM context + module for a target ---- */
 
+typedef struct fj_nvptx_state fj_nvptx_state;
+
 typedef struct fj_nvptx_comp {
-	fj_context *ctx;
+	fj_context *ctx;         /* diagnostics and allocations */
+	fj_nvptx_state *state;   /* the owning context's state (libdevice) */
 	char sm[16];
+	char sym_suffix[16];     /* appended to every module-local symbol before
+	                          * and after O3 ("": none), so that the PTX of
+	                          * several compilations can be joined into one
+	                          * module (region_gpu.c) */
 	LLVMContextRef llctx;
 	LLVMModuleRef mod;
 	LLVMTargetMachineRef tm;
@@ -56,13 +63,18 @@ typedef struct fj_nvptx_comp {
  * (triple nvptx64-nvidia-cuda, the target machine's data layout,
  * nvvm-reflect-ftz = 0) and the target machine. */
 fj_status fj_nvptx_comp_begin(fj_context *ctx, const char *sm, fj_nvptx_comp *c);
+/* The same, with the state of a context given: diagnostics go to ctx, the
+ * libdevice bytes come from s (another context's, e.g. a worker thread's
+ * private diagnostics context compiling for the owner of s). */
+fj_status fj_nvptx_comp_begin_state(fj_context *ctx, fj_nvptx_state *s, const char *sm, fj_nvptx_comp *c);
 void fj_nvptx_comp_end(fj_nvptx_comp *c);
 /* The code generator's target hooks for this compilation. */
 const fj_cg_target *fj_nvptx_cg_target(const fj_nvptx_comp *c);
 /* Marks f a kernel: ptx_kernel calling convention, launch bound maxntidx. */
 void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid);
-/* Verifies, links the libdevice functions used, internalizes them and runs
- * default<O3>. */
+/* Verifies, links the libdevice functions used, internalizes them, appends
+ * sym_suffix to the module-local symbols and runs default<O3> (then appends
+ * it to the local symbols O3 created). */
 fj_status fj_nvptx_comp_optimise(fj_nvptx_comp *c);
 /* PTX of the (optimised) module, appended to out. */
 fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out);
@@ -81,7 +93,6 @@ LLVMValueRef fj_nvptx_shared(fj_cg *cg, LLVMTypeRef ty, unsigned n, const char *
 
 /* ---- per-context state, libdevice ---- */
 
-typedef struct fj_nvptx_state fj_nvptx_state;
 fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out);
 /* Path of libdevice: $FUSEJIT_LIBDEVICE, else the CUDA toolkit's; NULL when
  * none is readable (FUSEJIT_LIBDEVICE=none forces the fallback). */

@@ -2,7 +2,9 @@
  * PTX), on the shared region analysis and evaluator of codegen/region.h, and
  * the per-context cache of compiled regions.
  *
- * Every region compiles to ONE PTX module holding its variants (entries);
+ * Every region compiles to ONE PTX module holding its variants (entries;
+ * compiled in parallel, one LLVM module each, and joined: see "a region's
+ * variants compiled in parallel" below);
  * the launch plan (fj_nvptx_plan_region) picks a variant and the grid/block
  * sizes from the bound sizes at run time (FUSEJIT_NVPTX_VARIANTS forces one,
  * for tests). Entry names: the kernel attribute for the main variant, plus a
@@ -98,10 +100,14 @@
  * Errors (index out of range, empty amax ...) are OR-ed into *status (an
  * i32 the runtime zeroes and reads back after the run).
  */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <llvm-c/Core.h>
 
@@ -109,6 +115,7 @@
 #include "backend_nvptx/nvptx_internal.h"
 #include "backend_nvptx/region_gpu.h"
 #include "codegen/region.h"
+#include "ir/context.h"
 
 #define BLOCK_MAX 1024
 #define TILE 16
@@ -2189,36 +2196,45 @@ static fj_status emit_variant(gk *k, int v)
 	}
 }
 
-/* Emits the entries of region `node` of g into c's module: all variants, or
- * only the main one. */
-static fj_status emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, bool all,
-                             fj_rg_analysis *a, int *nvariants)
+/* Emits the entries of region `node` of g into cg's module: all variants
+ * (variant < 0) or only that one (0: the main one). */
+static fj_status emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int variant,
+                             const fj_rg_analysis *a)
 {
 	if (!cg->target->thread_idx || !cg->target->barrier || !cg->target->shuffle_xor || !cg->target->shared_array ||
 	    !cg->target->mma_m16n8k16)
 		return fj_error_status(cg->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: the target has no GPU hooks");
 	const fj_node *n = &g->nodes[node];
 	if (n->nopnds > MAXIO || n->nres > MAXIO)
-		return fj_error_status(c->ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: too many operands or results");
+		return fj_error_status(cg->ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: too many operands or results");
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
+	int nv = region_variants(a, suffix);
+	if (variant >= nv)
+		return fj_error_status(cg->ctx, FJ_ERR_INTERNAL, n->loc, "nvptx: region %s has no variant %d",
+		                       n->kernel ? n->kernel : "fj_kernel", variant);
 	gk *k = calloc(1, sizeof *k);
 	if (!k)
-		return fj_error_status(c->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		return fj_error_status(cg->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	k->c = c;
 	k->cg = cg;
 	k->a = a;
 	k->body = n->body;
 	k->n = n;
 	snprintf(k->prefix, sizeof k->prefix, "%s", n->kernel ? n->kernel : "fj_kernel");
-	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
-	int nv = region_variants(a, suffix);
-	if (!all)
-		nv = 1;
 	fj_status st = FJ_OK;
-	for (int v = 0; v < nv && st == FJ_OK; v++)
+	for (int v = variant < 0 ? 0 : variant; v < (variant < 0 ? nv : variant + 1) && st == FJ_OK; v++)
 		st = emit_variant(k, v);
-	*nvariants = nv;
 	free(k);
 	return st;
+}
+
+/* The entry name of variant v. */
+static void entry_name(const fj_graph *g, uint32_t node, const fj_rg_analysis *a, int v, char entry[112])
+{
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
+	region_variants(a, suffix);
+	const fj_node *n = &g->nodes[node];
+	snprintf(entry, 112, "%s%s", n->kernel ? n->kernel : "fj_kernel", suffix[v]);
 }
 
 fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int *nvariants,
@@ -2228,12 +2244,27 @@ fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, u
 	fj_status st = fj_rg_analyze(cg->ctx, g, node, &a);
 	if (st != FJ_OK)
 		return st;
-	st = emit_region(c, cg, g, node, true, &a, nvariants);
 	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
-	region_variants(&a, suffix);
-	const fj_node *n = &g->nodes[node];
+	*nvariants = region_variants(&a, suffix);
+	st = emit_region(c, cg, g, node, -1, &a);
 	for (int v = 0; st == FJ_OK && v < *nvariants; v++)
-		snprintf(entries[v], 112, "%s%s", n->kernel ? n->kernel : "fj_kernel", suffix[v]);
+		entry_name(g, node, &a, v, entries[v]);
+	fj_rg_analysis_free(&a);
+	return st;
+}
+
+fj_status fj_nvptx_emit_region_variant(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int variant,
+                                       int *nvariants, char entry[112])
+{
+	fj_rg_analysis a;
+	fj_status st = fj_rg_analyze(cg->ctx, g, node, &a);
+	if (st != FJ_OK)
+		return st;
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
+	*nvariants = region_variants(&a, suffix);
+	st = emit_region(c, cg, g, node, variant, &a);
+	if (st == FJ_OK)
+		entry_name(g, node, &a, variant, entry);
 	fj_rg_analysis_free(&a);
 	return st;
 }
@@ -2265,8 +2296,7 @@ fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *
 		st = fj_rg_analyze(ctx, g, i, &a);
 		if (st != FJ_OK)
 			break;
-		int nv;
-		st = emit_region(&c, &cg, g, i, all, &a, &nv);
+		st = emit_region(&c, &cg, g, i, all ? -1 : 0, &a);
 		fj_rg_analysis_free(&a);
 	}
 	fj_cg_dispose(&cg);
@@ -2359,6 +2389,241 @@ static fj_status region_key(fj_context *ctx, const fj_graph *g, uint32_t node, c
 	return st;
 }
 
+/* ---- a region's variants compiled in parallel ----
+ *
+ * A region with several variants compiles each in its own compilation (LLVM
+ * context, module, target machine; libdevice linked per module), up to one
+ * thread per variant and per core (the calling thread takes its share),
+ * variants handed out in order. Each module's local symbols get the suffix
+ * _v<variant> (fj_nvptx_comp.sym_suffix), kernels keep their names, and the
+ * PTX texts are joined in variant order into one module: the first whole,
+ * the others without their header (comment block, .version, .target,
+ * .address_size), each keeping its own forward declarations ahead of its
+ * entries. The bytes do not depend on the thread count or timing.
+ *
+ * Diagnostics: with threads, every thread records into a private context
+ * (fj_context's last error is per thread and the list is shared, so errors
+ * recorded concurrently would come out in any order); once all have joined,
+ * the calling thread replays onto ctx, in variant order, the diagnostics of
+ * the variants up to the first failing one, whose status is returned.
+ * Variants after a failed one are skipped. Serially (one core, a failed
+ * thread start, FUSEJIT_NVPTX_JOBS=1), the calling thread records into ctx
+ * directly and stops at the first failure: the same result. */
+
+typedef struct pv_job {
+	fj_status st;
+	bool done;
+	fj_buf ptx;
+	fj_context *dctx;           /* where its diagnostics went */
+	size_t d0, d1;              /* ... their range there */
+} pv_job;
+
+typedef struct pv_run {
+	fj_nvptx_state *s;
+	const char *sm;
+	const fj_graph *g;
+	uint32_t node;
+	int nv;
+	atomic_int next;            /* the next variant to hand out */
+	atomic_int first_fail;      /* the lowest failed variant so far (nv: none) */
+	pv_job job[FJ_NVPTX_MAX_VARIANTS];
+} pv_run;
+
+typedef struct pv_worker {
+	pv_run *r;
+	fj_context *dctx;
+	pthread_t tid;
+} pv_worker;
+
+/* Compiles variant v alone (diagnostics into dctx) and appends its PTX to out. */
+static fj_status pv_compile(pv_run *r, fj_context *dctx, int v, fj_buf *out)
+{
+	fj_nvptx_comp c;
+	fj_status st = fj_nvptx_comp_begin_state(dctx, r->s, r->sm, &c);
+	snprintf(c.sym_suffix, sizeof c.sym_suffix, "_v%d", v);
+	fj_rg_analysis a;
+	bool analysed = false;
+	if (st == FJ_OK) {
+		st = fj_rg_analyze(dctx, r->g, r->node, &a);
+		analysed = st == FJ_OK;
+	}
+	if (st == FJ_OK) {
+		fj_cg cg;
+		fj_cg_init(&cg, dctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
+		st = emit_region(&c, &cg, r->g, r->node, v, &a);
+		fj_cg_dispose(&cg);
+	}
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_optimise(&c);
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_ptx(&c, out);
+	fj_nvptx_comp_end(&c);
+	if (analysed)
+		fj_rg_analysis_free(&a);
+	return st;
+}
+
+static void pv_loop(pv_run *r, fj_context *dctx)
+{
+	for (;;) {
+		int v = atomic_fetch_add(&r->next, 1);
+		if (v >= r->nv)
+			return;
+		if (v > atomic_load(&r->first_fail))
+			continue; /* an earlier variant failed: its diagnostic is the one */
+		pv_job *j = &r->job[v];
+		j->dctx = dctx;
+		j->d0 = fj_context_diagnostic_count(dctx);
+		j->st = pv_compile(r, dctx, v, &j->ptx);
+		j->d1 = fj_context_diagnostic_count(dctx);
+		j->done = true;
+		if (j->st != FJ_OK) {
+			int f = atomic_load(&r->first_fail);
+			while (v < f && !atomic_compare_exchange_weak(&r->first_fail, &f, v))
+				;
+		}
+	}
+}
+
+static void *pv_thread(void *p)
+{
+	pv_worker *w = p;
+	pv_loop(w->r, w->dctx);
+	return NULL;
+}
+
+static fj_status pv_record(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static fj_status pv_record(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	st = fj_verror(ctx, st, sev, loc, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+/* How many threads: FUSEJIT_NVPTX_JOBS (>= 1) or the online cores, at most nv. */
+static int pv_threads(int nv)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *e = getenv("FUSEJIT_NVPTX_JOBS");
+	if (e && *e && atoi(e) >= 1)
+		n = atoi(e);
+	if (n < 1)
+		n = 1;
+	return n < nv ? (int)n : nv;
+}
+
+/* The text after a PTX module's header: its leading comment and blank lines
+ * and its .version, .target and .address_size lines. */
+static size_t ptx_header_len(const char *p, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		const char *nl = memchr(p + i, '\n', len - i);
+		size_t e = nl ? (size_t)(nl - p) + 1 : len;
+		const char *l = p + i;
+		size_t ll = e - i;
+		while (ll && (*l == ' ' || *l == '\t')) {
+			l++;
+			ll--;
+		}
+		bool head = ll == 0 || *l == '\n' || *l == '\r' || (ll >= 2 && l[0] == '/' && l[1] == '/') ||
+		            (ll >= 8 && strncmp(l, ".version", 8) == 0) || (ll >= 7 && strncmp(l, ".target", 7) == 0) ||
+		            (ll >= 13 && strncmp(l, ".address_size", 13) == 0);
+		if (!head)
+			break;
+		i = e;
+	}
+	return i;
+}
+
+/* Compiles the nv variants of region `node` (see above) and appends the
+ * joined PTX to out. */
+static fj_status pv_compile_region(fj_context *ctx, fj_nvptx_state *s, const char *sm, const fj_graph *g,
+                                   uint32_t node, int nv, fj_buf *out)
+{
+	pv_run *r = calloc(1, sizeof *r);
+	if (!r)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	r->s = s;
+	r->sm = sm;
+	r->g = g;
+	r->node = node;
+	r->nv = nv;
+	atomic_init(&r->next, 0);
+	atomic_init(&r->first_fail, nv);
+	for (int v = 0; v < nv; v++)
+		fj_buf_init(&r->job[v].ptx, ctx);
+	pv_worker w[FJ_NVPTX_MAX_VARIANTS];
+	int nthreads = pv_threads(nv), started = 0;
+	/* the calling thread's private diagnostics, when there are threads */
+	fj_context *own = nthreads > 1 ? fj_context_create(ctx->alloc, ctx->alloc_ud) : NULL;
+	if (own) {
+		pthread_attr_t attr;
+		bool attr_ok = pthread_attr_init(&attr) == 0;
+		size_t stack = 0;
+		if (attr_ok && pthread_attr_getstacksize(&attr, &stack) == 0 && stack < ((size_t)8 << 20))
+			pthread_attr_setstacksize(&attr, (size_t)8 << 20); /* LLVM's codegen recurses */
+		for (int t = 0; t < nthreads - 1; t++) {
+			w[started].r = r;
+			w[started].dctx = fj_context_create(ctx->alloc, ctx->alloc_ud);
+			if (!w[started].dctx)
+				break;
+			if (pthread_create(&w[started].tid, attr_ok ? &attr : NULL, pv_thread, &w[started]) != 0) {
+				fj_context_destroy(w[started].dctx);
+				break; /* fewer threads: the calling thread takes the rest */
+			}
+			started++;
+		}
+		if (attr_ok)
+			pthread_attr_destroy(&attr);
+	}
+	pv_loop(r, own ? own : ctx);
+	for (int t = 0; t < started; t++)
+		pthread_join(w[t].tid, NULL);
+	/* the first failing variant, in variant order */
+	int fail = nv;
+	for (int v = 0; v < nv && fail == nv; v++)
+		if (r->job[v].done && r->job[v].st != FJ_OK)
+			fail = v;
+	fj_status st = fail < nv ? r->job[fail].st : FJ_OK;
+	if (own) { /* replay the diagnostics of variants 0..fail onto ctx */
+		for (int v = 0; v <= fail && v < nv; v++) {
+			pv_job *j = &r->job[v];
+			if (!j->done)
+				continue;
+			bool error = false;
+			for (size_t i = j->d0; i < j->d1; i++) {
+				const fj_diagnostic *d = fj_context_diagnostic(j->dctx, i);
+				if (!d)
+					break;
+				error |= d->severity == FJ_SEV_ERROR;
+				pv_record(ctx, j->st, d->severity, (fj_loc){d->file, d->line, d->col}, "%s", d->message);
+			}
+			if (j->st != FJ_OK && !error) /* not kept there (out of memory): its last error */
+				fj_error_status(ctx, j->st, (fj_loc){0}, "%s", fj_context_error(j->dctx));
+		}
+	}
+	for (int t = 0; t < started; t++)
+		fj_context_destroy(w[t].dctx);
+	fj_context_destroy(own);
+	/* join the texts in variant order */
+	for (int v = 0; v < nv && st == FJ_OK; v++) {
+		const fj_buf *b = &r->job[v].ptx;
+		size_t skip = v ? ptx_header_len(b->data, b->len) : 0;
+		if (b->len > skip)
+			fj_buf_putn(out, b->data + skip, b->len - skip);
+	}
+	if (st == FJ_OK && out->oom)
+		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	for (int v = 0; v < nv; v++)
+		fj_buf_free(&r->job[v].ptx);
+	free(r);
+	return st;
+}
+
 fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
                                   fj_nvptx_kernel **out, bool *hit)
 {
@@ -2389,31 +2654,41 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
 		fj_buf_free(&key);
 		return FJ_OK;
 	}
-	/* compile (outside the lock: a fresh LLVM context) */
-	fj_nvptx_comp c;
-	st = fj_nvptx_comp_begin(ctx, sm, &c);
+	/* compile (outside the lock: fresh LLVM contexts) */
 	fj_rg_analysis a;
 	bool analysed = false;
 	int nv = 0;
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
+	st = fj_nvptx_check_sm(ctx, sm);
 	if (st == FJ_OK) {
 		st = fj_rg_analyze(ctx, g, node, &a);
 		analysed = st == FJ_OK;
 	}
-	if (st == FJ_OK) {
-		fj_cg cg;
-		fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
-		st = emit_region(&c, &cg, g, node, true, &a, &nv);
-		fj_cg_dispose(&cg);
-	}
 	if (st == FJ_OK)
-		st = fj_nvptx_comp_optimise(&c);
+		nv = region_variants(&a, suffix);
 	fj_buf ptx;
 	fj_buf_init(&ptx, ctx);
-	if (st == FJ_OK)
-		st = fj_nvptx_comp_ptx(&c, &ptx);
+	if (st == FJ_OK && nv > 1) {
+		st = pv_compile_region(ctx, s, sm, g, node, nv, &ptx);
+	} else if (st == FJ_OK) { /* one variant: one compilation, as fj_nvptx_emit_module */
+		fj_nvptx_comp c;
+		st = fj_nvptx_comp_begin_state(ctx, s, sm, &c);
+		if (st == FJ_OK) {
+			fj_cg cg;
+			fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
+			st = emit_region(&c, &cg, g, node, -1, &a);
+			fj_cg_dispose(&cg);
+		}
+		if (st == FJ_OK)
+			st = fj_nvptx_comp_optimise(&c);
+		if (st == FJ_OK)
+			st = fj_nvptx_comp_ptx(&c, &ptx);
+		fj_nvptx_comp_end(&c);
+	}
 	if (st == FJ_OK)
 		fj_buf_putn(&ptx, "", 1); /* NUL-terminated for the driver */
-	fj_nvptx_comp_end(&c);
+	if (st == FJ_OK && ptx.oom)
+		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	e = NULL;
 	if (st == FJ_OK) {
 		e = calloc(1, sizeof *e);
@@ -2441,10 +2716,8 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
 		snprintf(e->k.name, sizeof e->k.name, "%s", n->kernel ? n->kernel : "fj_kernel");
 		e->k.sched = a.sched;
 		e->k.nvariants = nv;
-		const char *suffix[FJ_NVPTX_MAX_VARIANTS];
-		region_variants(&a, suffix);
 		for (int v = 0; v < nv; v++)
-			snprintf(e->k.entry[v], sizeof e->k.entry[v], "%s%s", e->k.name, suffix[v]);
+			entry_name(g, node, &a, v, e->k.entry[v]);
 		e->k.nreds = a.nreds;
 		e->k.nparams = n->nopnds + n->nres + 2;
 		pthread_mutex_lock(&s->lock);

@@ -24,7 +24,10 @@ typedef struct fj_nvptx_kernel {
 } fj_nvptx_kernel;
 
 /* Compiles region `node` of g (a fusion.kernel with a schedule) for target
- * sm (NULL: sm_80), or finds it in the context's cache (*hit). */
+ * sm (NULL: sm_80), or finds it in the context's cache (*hit). A region with
+ * several variants compiles them in parallel, one LLVM module each (up to
+ * one thread per core; FUSEJIT_NVPTX_JOBS caps it, 1: serial), and joins
+ * their PTX into one module (region_gpu.c). */
 fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
                                   fj_nvptx_kernel **out, bool *hit);
 
@@ -34,6 +37,10 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
  * entries' names, the main one first. */
 fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int *nvariants,
                                 char entries[][112]);
+/* The same for variant `variant` only (0: the main one): its entry alone
+ * in cg's module (its name in entry), *nvariants the region's count. */
+fj_status fj_nvptx_emit_region_variant(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int variant,
+                                       int *nvariants, char entry[112]);
 
 typedef struct fj_nvptx_launch_step {
 	int variant;            /* index into entry[] */

@@ -2,7 +2,8 @@
  * (no driver; the toolkit's stub library, loaded by path), FJ_CU error
  * formatting and the error-name table, the target whitelist, libdevice's
  * lazy link and the fallback math, region compile times (cold and a cache
- * hit, printed on stderr), launch plans (tensor cores, split reductions),
+ * hit, printed on stderr), a region's variants compiled in parallel and
+ * joined into one PTX module (ptxas, same bytes serially), launch plans (tensor cores, split reductions),
  * and the GPU templates run on the host emulator: a split reduction picked
  * by its sizes, every golden case in each variant mode, and
  * persistent_inner_outer regions (training backwards: rows and column sums
@@ -330,6 +331,163 @@ START_TEST(test_compile_times)
 }
 END_TEST
 
+
+/* ---- a region's variants compiled in parallel, joined into one PTX module ---- */
+
+static int count_of(const char *s, const char *what)
+{
+	int n = 0;
+	for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+		n++;
+	return n;
+}
+
+/* Runs ptxas -arch=sm on the PTX; false (with the log on stderr) if it fails. */
+static bool ptxas_ok(const char *ptx, const char *sm)
+{
+	char path[] = "/tmp/fj_pv_XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(ptx, f);
+	fclose(f);
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "/usr/local/cuda/bin/ptxas -arch=%s %s -o /dev/null", sm, path);
+	int rc = system(cmd);
+	unlink(path);
+	return rc == 0;
+}
+
+/* f64 sin and tan: libdevice's trig reduction keeps a .func
+ * (__internal_trig_reduction_slowpathd) and the table __cudart_i2opi_d in
+ * each variant's module; f32 sin adds __cudart_i2opi_f. */
+static const char trig_src[] = "graph @trig(%x: f64[N,256], %y: f32[N,256]) {\n"
+                               "  %a = aten.sin(%x)\n"
+                               "  %b = aten.tan(%x)\n"
+                               "  %c = aten.sin(%y)\n"
+                               "  %d = aten._to_copy(%c) {dtype=f64}\n"
+                               "  %e = aten.add(%a, %d)\n"
+                               "  return %e, %b\n"
+                               "}\n";
+
+static char *compile_trig(const char *sm, const char *jobs, int *nv, char entries[][112])
+{
+	if (jobs)
+		setenv("FUSEJIT_NVPTX_JOBS", jobs, 1);
+	else
+		unsetenv("FUSEJIT_NVPTX_JOBS");
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, trig_src, strlen(trig_src), "trig.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	fj_graph *g = fj_module_find_graph(m, "trig");
+	ck_assert_uint_eq(g->nnodes, 1);
+	fj_nvptx_kernel *k = NULL, *k2 = NULL;
+	bool hit = true;
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g, 0, sm, &k, &hit), FJ_OK);
+	ck_assert(!hit);
+	/* the cache: the same entry */
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g, 0, sm, &k2, &hit), FJ_OK);
+	ck_assert(hit);
+	ck_assert_ptr_eq(k, k2);
+	ck_assert_uint_eq(strlen(k->ptx), k->ptxlen);
+	*nv = k->nvariants;
+	for (int v = 0; v < k->nvariants; v++)
+		memcpy(entries[v], k->entry[v], 112);
+	char *ptx = strdup(k->ptx);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_NVPTX_JOBS");
+	return ptx;
+}
+
+START_TEST(test_parallel_variants)
+{
+	if (!fj_nvptx_libdevice_path()) {
+		fprintf(stderr, "test_parallel_variants: no libdevice, skipped\n");
+		return;
+	}
+	bool have_ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0;
+	if (!have_ptxas)
+		fprintf(stderr, "test_parallel_variants: /usr/local/cuda/bin/ptxas not found, ptxas checks skipped\n");
+	static const char *const sms[] = {"sm_80", "sm_90"};
+	for (int t = 0; t < 2; t++) {
+		int nv = 0, nv1 = 0;
+		char entries[FJ_NVPTX_MAX_VARIANTS][112], entries1[FJ_NVPTX_MAX_VARIANTS][112];
+		char *ptx = compile_trig(sms[t], NULL, &nv, entries);
+		ck_assert_int_eq(nv, 2);
+		/* one header */
+		ck_assert_int_eq(count_of(ptx, ".version "), 1);
+		ck_assert_int_eq(count_of(ptx, ".target "), 1);
+		ck_assert_int_eq(count_of(ptx, ".address_size "), 1);
+		/* every entry once, with its own name */
+		for (int v = 0; v < nv; v++) {
+			char e[160];
+			snprintf(e, sizeof e, ".entry %.111s(", entries[v]);
+			ck_assert_msg(count_of(ptx, e) == 1, "%s: %d times", e, count_of(ptx, e));
+		}
+		ck_assert_int_eq(count_of(ptx, ".entry "), nv);
+		/* module-scope symbols: each defined once per variant, with its suffix */
+		ck_assert_int_eq(count_of(ptx, "__cudart_i2opi_d["), 0);
+		ck_assert_int_eq(count_of(ptx, "__cudart_i2opi_f["), 0);
+		for (int v = 0; v < nv; v++) {
+			char sym[96];
+			snprintf(sym, sizeof sym, ".global .align 8 .b8 __cudart_i2opi_d_v%d[", v);
+			ck_assert_msg(count_of(ptx, sym) == 1, "%s: %d times", sym, count_of(ptx, sym));
+			snprintf(sym, sizeof sym, ".global .align 4 .b8 __cudart_i2opi_f_v%d[", v);
+			ck_assert_msg(count_of(ptx, sym) == 1, "%s: %d times", sym, count_of(ptx, sym));
+			/* the slow path stays a .func: declared ahead of the entries, then
+			 * defined once */
+			snprintf(sym, sizeof sym, "__internal_trig_reduction_slowpathd_v%d\n(", v);
+			ck_assert_msg(count_of(ptx, sym) == 1, "%s: %d times", sym, count_of(ptx, sym));
+			snprintf(sym, sizeof sym, "__internal_trig_reduction_slowpathd_v%d(", v);
+			ck_assert_msg(count_of(ptx, sym) == 1, "%s: %d times", sym, count_of(ptx, sym));
+		}
+		/* the same bytes serially (FUSEJIT_NVPTX_JOBS=1) */
+		char *ptx1 = compile_trig(sms[t], "1", &nv1, entries1);
+		ck_assert_int_eq(nv1, nv);
+		if (strcmp(ptx1, ptx) != 0) {
+			size_t i = 0;
+			while (ptx1[i] == ptx[i])
+				i++;
+			ck_abort_msg("serial and parallel PTX differ at byte %zu: ...%.60s... vs ...%.60s...", i,
+			             ptx + (i > 20 ? i - 20 : 0), ptx1 + (i > 20 ? i - 20 : 0));
+		}
+		free(ptx1);
+		if (have_ptxas)
+			ck_assert_msg(ptxas_ok(ptx, sms[t]), "ptxas -arch=%s rejected the joined PTX", sms[t]);
+		free(ptx);
+	}
+	/* a 4-variant region (persistent softmax): its PTX passes ptxas */
+	static const char sm_src[] = "graph @sm(%x: f32[N,4096]) {\n"
+	                             "  %y = aten._softmax(%x) {dim=1, half_to_float=false}\n"
+	                             "  return %y\n"
+	                             "}\n";
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, sm_src, strlen(sm_src), "sm.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	fj_graph *g = fj_module_find_graph(m, "sm");
+	fj_nvptx_kernel *k = NULL;
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g, 0, "sm_90", &k, NULL), FJ_OK);
+	ck_assert_int_eq(k->nvariants, 4);
+	ck_assert_int_eq(count_of(k->ptx, ".entry "), 4);
+	for (int v = 0; v < k->nvariants; v++) {
+		char e[160];
+		snprintf(e, sizeof e, ".entry %.111s(", k->entry[v]);
+		ck_assert_int_eq(count_of(k->ptx, e), 1);
+	}
+	if (have_ptxas)
+		ck_assert(ptxas_ok(k->ptx, "sm_90"));
+	/* an unsupported target: the error, no entry */
+	ck_assert_int_eq(fj_nvptx_compile_region(ctx, g, 0, "sm_100", &k, NULL), FJ_ERR_UNSUPPORTED);
+	ck_assert_ptr_null(k);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "sm_100"));
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
 
 /* ---- launch plans: tensor cores, split reductions ---- */
 
@@ -1027,6 +1185,7 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_libdevice_lazy);
 	tcase_add_test(tc, test_fallback_math);
 	tcase_add_test(tc, test_compile_times);
+	tcase_add_test(tc, test_parallel_variants);
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_plans_inner_outer);
 	suite_add_tcase(s, tc);
