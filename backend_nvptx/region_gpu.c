@@ -656,21 +656,59 @@ static void store_space(gk *k, const redctx *rc, char space, int rank, const V *
 	}
 }
 
-/* Writes the row's outputs: D-space ones at positions [j0, len) step js. */
-static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_first)
+/* persistent_inner_outer: &state of outer reduction o at column j in slice
+ * blk of `part` (blocks' slices or groups' partials: [(blk * noreds + o) *
+ * len + j], 8 bytes each). */
+static V io_slot(gk *k, V part, V blk, int o, V len, V j)
+{
+	V at = add(k, mul(k, add(k, mul(k, blk, i64c(k, k->a->noreds)), i64c(k, o)), len), j);
+	return LLVMBuildInBoundsGEP2(B, k->cg->t_i64, part, &at, 1, "");
+}
+
+/* Adds the operand of acc's outer reduction at point p to the state in
+ * `slot` (acc: a scratch accumulator of that reduction). */
+static void io_accumulate_slot(gk *k, fj_rg_acc *acc, V slot, fj_rg_point *p)
+{
+	fj_cg *cg = k->cg;
+	const fj_node *rn = &k->body->nodes[acc->node];
+	fj_rg_point q = *p;
+	V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
+	fj_cg_set(cg, acc->var[0], LLVMBuildLoad2(B, acc->ty[0], slot, ""));
+	fj_rg_acc_step(&k->r, acc, x, NULL);
+	V vals[3];
+	fj_rg_acc_load(&k->r, acc, vals);
+	LLVMBuildStore(B, vals[0], slot);
+}
+
+/* The column partials a persistent_inner_outer row adds to: this block's
+ * slice of `part`, through scratch accumulators oacc (one per outer
+ * reduction). */
+typedef struct iocols {
+	fj_rg_acc *oacc;
+	V part;
+} iocols;
+
+/* Writes the row's outputs: D-space ones at positions [j0, jend) step js
+ * (with cols, also adding the column partials there), then R-space ones
+ * (is_first: the thread that stores them). */
+static void row_out(gk *k, redctx *rc, const V *ridx, V row, V j0, V jend, V js, V is_first, const iocols *cols)
 {
 	bool anyd = false, anyr = false;
 	for (uint32_t j = 0; j < k->nout; j++) {
 		anyd |= rc->space[j] == 'D';
 		anyr |= rc->space[j] == 'R';
 	}
-	if (anyd) {
+	if (anyd || cols) {
 		gloop l;
-		gloop_begin(k, &l, j0, rc->len, js, "out");
+		gloop_begin(k, &l, j0, jend, js, "out");
 		V didx[FJ_MAX_RANK];
 		d_point(k, rc, ridx, l.iv, didx);
 		V dlin = lin_of(k, rc->dv, didx, rc->drank);
 		store_space(k, rc, 'D', rc->drank, didx, dlin);
+		fj_rg_point p;
+		fj_rg_point_idx(&p, rc->drank, didx);
+		for (int o = 0; cols && o < k->a->noreds; o++)
+			io_accumulate_slot(k, &cols->oacc[o], io_slot(k, cols->part, k->ctaid, o, rc->len, l.iv), &p);
 		gloop_end(k, &l);
 	}
 	if (anyr) {
@@ -679,6 +717,12 @@ static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_
 		store_space(k, rc, 'R', rc->nr, ridx, row);
 		if_end(k, &c);
 	}
+}
+
+/* Writes the row's outputs: D-space ones at positions [j0, len) step js. */
+static void write_row(gk *k, redctx *rc, const V *ridx, V row, V j0, V js, V is_first)
+{
+	row_out(k, rc, ridx, row, j0, rc->len, js, is_first, NULL);
 }
 
 /* Stores every result at one element of the output space, linear offset lin:
@@ -816,6 +860,42 @@ static void block_combine(gk *k, redctx *rc, blockctx *bc, int i)
 	fj_rg_acc_finish(&k->r, acc, rc->len);
 }
 
+/* The positions of a row this thread handles in a block per row: strided
+ * (j0 = tid, step ntid), or a contiguous chunk when an argmax/argmin needs
+ * the order. */
+static void thread_positions(gk *k, const redctx *rc, V *j0, V *jend, V *js)
+{
+	*j0 = k->tid;
+	*jend = rc->len;
+	*js = k->ntid;
+	if (rc->ordered) {
+		V ch = LLVMBuildUDiv(B, add(k, rc->len, LLVMBuildSub(B, k->ntid, i64c(k, 1), "")), k->ntid, "");
+		*j0 = mul(k, k->tid, ch);
+		V e = add(k, *j0, ch);
+		*jend = sel(k, slt(k, e, rc->len), e, rc->len);
+		*js = i64c(k, 1);
+	}
+}
+
+/* The reduction phases of one row, each a pass over the thread's positions
+ * [j0, jend) step js, then combined over the block. */
+static void bpr_phases(gk *k, redctx *rc, blockctx *bc, const V *ridx, V j0, V jend, V js)
+{
+	const fj_rg_analysis *a = k->a;
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				fj_rg_acc_reset(&k->r, &rc->acc[i]);
+		gloop jl;
+		gloop_begin(k, &jl, j0, jend, js, "pos");
+		step_phase(k, rc, ph, ridx, jl.iv);
+		gloop_end(k, &jl);
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				block_combine(k, rc, bc, i);
+	}
+}
+
 /* A block per row. */
 static fj_status emit_bpr(gk *k)
 {
@@ -823,32 +903,13 @@ static fj_status emit_bpr(gk *k)
 	fj_status st = red_begin(k, &rc, "", BLOCK_MAX);
 	if (st != FJ_OK)
 		return st;
-	const fj_rg_analysis *a = k->a;
 	blockctx bc;
 	gloop rl;
 	V ridx[FJ_MAX_RANK];
 	block_rows_begin(k, &rc, &bc, &rl, ridx);
-	/* positions of this thread: strided, or a contiguous chunk */
-	V j0 = k->tid, jend = rc.len, js = k->ntid;
-	if (rc.ordered) {
-		V ch = LLVMBuildUDiv(B, add(k, rc.len, LLVMBuildSub(B, k->ntid, i64c(k, 1), "")), k->ntid, "");
-		j0 = mul(k, k->tid, ch);
-		jend = add(k, j0, ch);
-		jend = sel(k, slt(k, jend, rc.len), jend, rc.len);
-		js = i64c(k, 1);
-	}
-	for (int ph = 0; ph < a->nphases; ph++) {
-		for (int i = 0; i < a->nreds; i++)
-			if (a->red_phase[i] == ph)
-				fj_rg_acc_reset(&k->r, &rc.acc[i]);
-		gloop jl;
-		gloop_begin(k, &jl, j0, jend, js, "pos");
-		step_phase(k, &rc, ph, ridx, jl.iv);
-		gloop_end(k, &jl);
-		for (int i = 0; i < a->nreds; i++)
-			if (a->red_phase[i] == ph)
-				block_combine(k, &rc, &bc, i);
-	}
+	V j0, jend, js;
+	thread_positions(k, &rc, &j0, &jend, &js);
+	bpr_phases(k, &rc, &bc, ridx, j0, jend, js);
 	write_row(k, &rc, ridx, rl.iv, k->tid, k->ntid, bc.tid0);
 	gloop_end(k, &rl);
 	return entry_end(k);
@@ -862,6 +923,68 @@ static fj_status emit_bpr(gk *k)
  * still handled, by re-reading); not for argmax/argmin (positions interleave). */
 #define REG_E 8
 #define REG_BLOCK 512 /* maxntid 512: up to 128 registers, no spills */
+/* A row of a _reg8 entry: the thread's REG_E positions, whether each is in
+ * the row, and their points of D (index and linear offset). */
+typedef struct regrow {
+	V jpos[REG_E], valid[REG_E];
+	fj_rg_point pts[REG_E];
+	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
+} regrow;
+
+/* The row's positions, then its reduction phases: the kept positions
+ * evaluated once, positions from `tail` on (past REG_E * ntid) re-read. */
+static void reg_row_reduce(gk *k, redctx *rc, blockctx *bc, const V *ridx, V tail, regrow *g)
+{
+	const fj_rg_analysis *a = k->a;
+	for (int e = 0; e < REG_E; e++) {
+		V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
+		g->valid[e] = slt(k, j, rc->len);
+		g->jpos[e] = sel(k, g->valid[e], j, i64c(k, 0));
+		d_point(k, rc, ridx, g->jpos[e], g->didx[e]);
+		fj_rg_point_idx(&g->pts[e], rc->drank, g->didx[e]);
+		g->dlin[e] = lin_of(k, rc->dv, g->didx[e], rc->drank);
+	}
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++) {
+			if (a->red_phase[i] != ph)
+				continue;
+			fj_rg_acc_reset(&k->r, &rc->acc[i]);
+			const fj_node *rn = &k->body->nodes[a->reds[i]];
+			for (int e = 0; e < REG_E; e++) {
+				V x = fj_rg_eval(&k->r, rn->opnds[0], &g->pts[e]);
+				fj_cg_if c;
+				if_begin(k, &c, g->valid[e]);
+				fj_rg_acc_step(&k->r, &rc->acc[i], x, g->jpos[e]);
+				if_end(k, &c);
+			}
+		}
+		gloop tl;
+		gloop_begin(k, &tl, tail, rc->len, k->ntid, "tail");
+		step_phase(k, rc, ph, ridx, tl.iv);
+		gloop_end(k, &tl);
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				block_combine(k, rc, bc, i);
+	}
+}
+
+/* The D-space results at kept position e, converted to their outputs'
+ * dtypes (vals[j] for each such result j). */
+static void reg_outputs(gk *k, const redctx *rc, const regrow *g, int e, V *vals)
+{
+	for (uint32_t j = 0; j < k->nout; j++) {
+		if (rc->space[j] != 'D')
+			continue;
+		fj_vid v = k->body->results[j];
+		fj_rg_point p;
+		if (k->a->vals[v].in_d)
+			p = g->pts[e];
+		else
+			fj_rg_point_lin(&p, k->body->values[v].type.rank, g->dlin[e]);
+		vals[j] = fj_cg_convert(k->cg, fj_rg_eval(&k->r, v, &p), k->body->values[v].type.dtype, k->out[j].dtype);
+	}
+}
+
 static fj_status emit_reg(gk *k)
 {
 	fj_cg *cg = k->cg;
@@ -869,68 +992,26 @@ static fj_status emit_reg(gk *k)
 	fj_status st = red_begin(k, &rc, "_reg8", REG_BLOCK);
 	if (st != FJ_OK)
 		return st;
-	const fj_rg_analysis *a = k->a;
 	blockctx bc;
 	gloop rl;
 	V ridx[FJ_MAX_RANK];
 	block_rows_begin(k, &rc, &bc, &rl, ridx);
-	V jpos[REG_E], valid[REG_E];
-	fj_rg_point pts[REG_E];
-	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
-	for (int e = 0; e < REG_E; e++) {
-		V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
-		valid[e] = slt(k, j, rc.len);
-		jpos[e] = sel(k, valid[e], j, i64c(k, 0));
-		d_point(k, &rc, ridx, jpos[e], didx[e]);
-		fj_rg_point_idx(&pts[e], rc.drank, didx[e]);
-		dlin[e] = lin_of(k, rc.dv, didx[e], rc.drank);
-	}
-	for (int ph = 0; ph < a->nphases; ph++) {
-		for (int i = 0; i < a->nreds; i++) {
-			if (a->red_phase[i] != ph)
-				continue;
-			fj_rg_acc_reset(&k->r, &rc.acc[i]);
-			const fj_node *rn = &k->body->nodes[a->reds[i]];
-			for (int e = 0; e < REG_E; e++) {
-				V x = fj_rg_eval(&k->r, rn->opnds[0], &pts[e]);
-				fj_cg_if c;
-				if_begin(k, &c, valid[e]);
-				fj_rg_acc_step(&k->r, &rc.acc[i], x, jpos[e]);
-				if_end(k, &c);
-			}
-		}
-		/* positions past REG_E * ntid (a block smaller than the plan's) */
-		gloop tl;
-		gloop_begin(k, &tl, add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))), rc.len, k->ntid, "tail");
-		step_phase(k, &rc, ph, ridx, tl.iv);
-		gloop_end(k, &tl);
-		for (int i = 0; i < a->nreds; i++)
-			if (a->red_phase[i] == ph)
-				block_combine(k, &rc, &bc, i);
-	}
+	V tail = add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E)));
+	regrow g;
+	reg_row_reduce(k, &rc, &bc, ridx, tail, &g);
 	/* outputs: the row's elements from the kept values, then per-row ones */
 	for (int e = 0; e < REG_E; e++) {
 		V vals[MAXIO];
-		for (uint32_t j = 0; j < k->nout; j++) {
-			if (rc.space[j] != 'D')
-				continue;
-			fj_vid v = k->body->results[j];
-			fj_rg_point p;
-			if (k->a->vals[v].in_d)
-				p = pts[e];
-			else
-				fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin[e]);
-			vals[j] = fj_cg_convert(cg, fj_rg_eval(&k->r, v, &p), k->body->values[v].type.dtype, k->out[j].dtype);
-		}
+		reg_outputs(k, &rc, &g, e, vals);
 		fj_cg_if c;
-		if_begin(k, &c, valid[e]);
+		if_begin(k, &c, g.valid[e]);
 		for (uint32_t j = 0; j < k->nout; j++)
 			if (rc.space[j] == 'D')
-				fj_cg_store(cg, &k->out[j], dlin[e], vals[j]);
+				fj_cg_store(cg, &k->out[j], g.dlin[e], vals[j]);
 		if_end(k, &c);
 	}
 	/* per-row outputs, and row elements past REG_E * ntid */
-	write_row(k, &rc, ridx, rl.iv, add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))), k->ntid, bc.tid0);
+	write_row(k, &rc, ridx, rl.iv, tail, k->ntid, bc.tid0);
 	gloop_end(k, &rl);
 	return entry_end(k);
 }
@@ -1277,12 +1358,6 @@ static V io_group_blocks_ir(gk *k, V nb)
 	return sel(k, down, gm, g);
 }
 
-static V io_slot(gk *k, V part, V blk, int o, V len, V j)
-{
-	V at = add(k, mul(k, add(k, mul(k, blk, i64c(k, k->a->noreds)), i64c(k, o)), len), j);
-	return LLVMBuildInBoundsGEP2(B, k->cg->t_i64, part, &at, 1, "");
-}
-
 /* Merges into oacc (every outer reduction's state, reset by the caller)
  * the states of slices first .. first+count-1 of `area` (blocks' slices or
  * groups' partials, count >= 1) at column col, in slice order: IO_UNROLL
@@ -1336,48 +1411,6 @@ static V io_arrive(gk *k, blockctx *bc, V cnt, V total, V flag)
 	if_end(k, &c);
 	cg->target->barrier(cg);
 	return LLVMBuildICmp(B, LLVMIntNE, LLVMBuildLoad2(B, cg->t_i32, flag, ""), fj_cg_i32(cg, 0), "");
-}
-
-/* Adds the operand of acc's outer reduction at point p to the state in
- * `slot` (acc: a scratch accumulator of that reduction). */
-static void io_accumulate_slot(gk *k, fj_rg_acc *acc, V slot, fj_rg_point *p)
-{
-	fj_cg *cg = k->cg;
-	const fj_node *rn = &k->body->nodes[acc->node];
-	fj_rg_point q = *p;
-	V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
-	fj_cg_set(cg, acc->var[0], LLVMBuildLoad2(B, acc->ty[0], slot, ""));
-	fj_rg_acc_step(&k->r, acc, x, NULL);
-	V vals[3];
-	fj_rg_acc_load(&k->r, acc, vals);
-	LLVMBuildStore(B, vals[0], slot);
-}
-
-/* The row's D-shaped outputs and column partials (in the slice) at
- * positions [j0, jend) step js, then its R-shaped outputs (thread 0). */
-static void io_row_out(gk *k, redctx *rc, fj_rg_acc *oacc, V part, V ridx[], V row, V j0, V jend, V js,
-                       V is_first)
-{
-	gloop l;
-	gloop_begin(k, &l, j0, jend, js, "out");
-	V didx[FJ_MAX_RANK];
-	d_point(k, rc, ridx, l.iv, didx);
-	V dlin = lin_of(k, rc->dv, didx, rc->drank);
-	store_space(k, rc, 'D', rc->drank, didx, dlin);
-	fj_rg_point p;
-	fj_rg_point_idx(&p, rc->drank, didx);
-	for (int o = 0; o < k->a->noreds; o++)
-		io_accumulate_slot(k, &oacc[o], io_slot(k, part, k->ctaid, o, rc->len, l.iv), &p);
-	gloop_end(k, &l);
-	bool anyr = false;
-	for (uint32_t j = 0; j < k->nout; j++)
-		anyr |= rc->space[j] == 'R';
-	if (anyr) {
-		fj_cg_if c;
-		if_begin(k, &c, is_first);
-		store_space(k, rc, 'R', rc->nr, ridx, row);
-		if_end(k, &c);
-	}
 }
 
 /* The inner reductions' results are values of the row loop: unbound after it
@@ -1442,15 +1475,10 @@ static fj_status emit_io(gk *k, bool reg)
 	V gcnt = LLVMBuildGEP2(B, cg->t_i32, k->wsp, &gidx, 1, "group_count");
 	V one = i64c(k, 1);
 	V flag_all = LLVMBuildGEP2(B, cg->t_i32, last_sh, &one, 1, "");
-	/* this thread's positions: strided, or a contiguous chunk (argmax/argmin) */
-	V j0 = k->tid, jend = rc.len, js = k->ntid;
-	if (rc.ordered && !reg) {
-		V ch = LLVMBuildUDiv(B, add(k, rc.len, LLVMBuildSub(B, k->ntid, i64c(k, 1), "")), k->ntid, "");
-		j0 = mul(k, k->tid, ch);
-		jend = add(k, j0, ch);
-		jend = sel(k, slt(k, jend, rc.len), jend, rc.len);
-		js = i64c(k, 1);
-	}
+	/* this thread's positions: strided, or a contiguous chunk (argmax/argmin,
+	 * never in _reg8) */
+	V j0, jend, js;
+	thread_positions(k, &rc, &j0, &jend, &js);
 	/* the slice's positions this thread accumulates in memory start at the
 	 * identity (_reg8: those past its registers) */
 	V jm0 = reg ? add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E))) : j0;
@@ -1468,84 +1496,31 @@ static fj_status emit_io(gk *k, bool reg)
 	gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
 	V ridx[FJ_MAX_RANK];
 	unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
+	regrow g;
 	if (!reg) {
-		for (int ph = 0; ph < a->nphases; ph++) {
-			for (int i = 0; i < a->nreds; i++)
-				if (a->red_phase[i] == ph)
-					fj_rg_acc_reset(&k->r, &rc.acc[i]);
-			gloop jl;
-			gloop_begin(k, &jl, j0, jend, js, "pos");
-			step_phase(k, &rc, ph, ridx, jl.iv);
-			gloop_end(k, &jl);
-			for (int i = 0; i < a->nreds; i++)
-				if (a->red_phase[i] == ph)
-					block_combine(k, &rc, &bc, i);
-		}
+		bpr_phases(k, &rc, &bc, ridx, j0, jend, js);
 	} else {
-		V jpos[REG_E], valid[REG_E];
-		fj_rg_point pts[REG_E];
-		V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
-		for (int e = 0; e < REG_E; e++) {
-			V j = add(k, k->tid, mul(k, k->ntid, i64c(k, e)));
-			valid[e] = slt(k, j, rc.len);
-			jpos[e] = sel(k, valid[e], j, i64c(k, 0));
-			d_point(k, &rc, ridx, jpos[e], didx[e]);
-			fj_rg_point_idx(&pts[e], rc.drank, didx[e]);
-			dlin[e] = lin_of(k, rc.dv, didx[e], rc.drank);
-		}
-		for (int ph = 0; ph < a->nphases; ph++) {
-			for (int i = 0; i < a->nreds; i++) {
-				if (a->red_phase[i] != ph)
-					continue;
-				fj_rg_acc_reset(&k->r, &rc.acc[i]);
-				const fj_node *rn = &k->body->nodes[a->reds[i]];
-				for (int e = 0; e < REG_E; e++) {
-					V x = fj_rg_eval(&k->r, rn->opnds[0], &pts[e]);
-					fj_cg_if c;
-					if_begin(k, &c, valid[e]);
-					fj_rg_acc_step(&k->r, &rc.acc[i], x, jpos[e]);
-					if_end(k, &c);
-				}
-			}
-			gloop tl;
-			gloop_begin(k, &tl, jm0, rc.len, k->ntid, "tail");
-			step_phase(k, &rc, ph, ridx, tl.iv);
-			gloop_end(k, &tl);
-			for (int i = 0; i < a->nreds; i++)
-				if (a->red_phase[i] == ph)
-					block_combine(k, &rc, &bc, i);
-		}
+		reg_row_reduce(k, &rc, &bc, ridx, jm0, &g);
 		/* the row's elements from the kept values, and the column partials */
 		for (int e = 0; e < REG_E; e++) {
 			V vals[MAXIO], xs[FJ_RG_MAX_REDS];
-			for (uint32_t j = 0; j < k->nout; j++) {
-				if (rc.space[j] != 'D')
-					continue;
-				fj_vid v = k->body->results[j];
-				fj_rg_point p;
-				if (a->vals[v].in_d)
-					p = pts[e];
-				else
-					fj_rg_point_lin(&p, k->body->values[v].type.rank, dlin[e]);
-				vals[j] = fj_cg_convert(cg, fj_rg_eval(&k->r, v, &p), k->body->values[v].type.dtype,
-				                        k->out[j].dtype);
-			}
+			reg_outputs(k, &rc, &g, e, vals);
 			for (int o = 0; o < a->noreds; o++) {
-				fj_rg_point q = pts[e];
+				fj_rg_point q = g.pts[e];
 				xs[o] = fj_rg_eval(&k->r, k->body->nodes[a->oreds[o]].opnds[0], &q);
 			}
 			fj_cg_if c;
-			if_begin(k, &c, valid[e]);
+			if_begin(k, &c, g.valid[e]);
 			for (uint32_t j = 0; j < k->nout; j++)
 				if (rc.space[j] == 'D')
-					fj_cg_store(cg, &k->out[j], dlin[e], vals[j]);
+					fj_cg_store(cg, &k->out[j], g.dlin[e], vals[j]);
 			for (int o = 0; o < a->noreds; o++)
 				fj_rg_acc_step(&k->r, &racc[o][e], xs[o], NULL);
 			if_end(k, &c);
 		}
 	}
 	/* the rest of the row (all of it in the main entry) and its R outputs */
-	io_row_out(k, &rc, oacc, part, ridx, rl.iv, jm0, jend, js, bc.tid0);
+	row_out(k, &rc, ridx, rl.iv, jm0, jend, js, bc.tid0, &(iocols){oacc, part});
 	gloop_end(k, &rl);
 	io_unbind_rows(k);
 	/* _reg8: the register partials to the slice */
