@@ -1134,26 +1134,31 @@ START_TEST(test_plans_inner_outer)
 }
 END_TEST
 
+/* Every case on the emulator with FUSEJIT_NVPTX_VARIANTS=mode (NULL: the
+ * variant the sizes pick). */
+static void io_cases(const char *mode)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	if (mode)
+		setenv("FUSEJIT_NVPTX_VARIANTS", mode, 1);
+	else
+		unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
+		io_case(emu, ctx, io_srcs[c], mode);
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	fj_nvptx_emu_destroy(emu);
+	fj_context_destroy(ctx);
+}
+
 /* Every case with the variant the sizes pick, and with _reg8 forced:
  * several groups of blocks with a partial last one (7, 5 and 3 blocks), a
  * single group (one block); io_case runs each twice (counters re-zeroed). */
 START_TEST(test_emulated_inner_outer)
 {
-	fj_context *ctx = fj_context_create(NULL, NULL);
-	fj_nvptx_emu *emu = NULL;
-	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
-	static const char *const modes[] = {NULL, "reg"};
-	for (size_t mi = 0; mi < FJ_ARRAY_LEN(modes); mi++) {
-		if (modes[mi])
-			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
-		else
-			unsetenv("FUSEJIT_NVPTX_VARIANTS");
-		for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
-			io_case(emu, ctx, io_srcs[c], modes[mi]);
-	}
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
-	fj_nvptx_emu_destroy(emu);
-	fj_context_destroy(ctx);
+	io_cases(NULL);
+	io_cases("reg");
 }
 END_TEST
 
@@ -1161,15 +1166,7 @@ END_TEST
  * the blocks' slices of the workspace (the same groups as above). */
 START_TEST(test_emulated_inner_outer_ws)
 {
-	fj_context *ctx = fj_context_create(NULL, NULL);
-	fj_nvptx_emu *emu = NULL;
-	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
-	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
-	for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
-		io_case(emu, ctx, io_srcs[c], "bpr");
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
-	fj_nvptx_emu_destroy(emu);
-	fj_context_destroy(ctx);
+	io_cases("bpr");
 }
 END_TEST
 
