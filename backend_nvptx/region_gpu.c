@@ -504,38 +504,6 @@ typedef struct redctx {
 /* persistent_inner_outer with outer reductions (the io entries below). */
 static bool io_ok(const fj_rg_analysis *a) { return a->sched == FJ_RG_PERSISTENT_INNER_OUTER && a->noreds > 0; }
 
-/* D (a body value of its shape) and its dims K: the first inner reduction's
- * operand, or without one, the first outer reduction's (K: the dims it keeps). */
-static void red_domain(const fj_rg_analysis *a, fj_vid *dv, uint32_t *kmask)
-{
-	const fj_graph *body = a->node->body;
-	if (a->nreds > 0 || !io_ok(a)) {
-		*dv = body->nodes[a->reds[0]].opnds[0];
-		*kmask = a->kmask;
-		return;
-	}
-	*dv = body->nodes[a->oreds[0]].opnds[0];
-	int rank = body->values[*dv].type.rank;
-	*kmask = ~a->okmask & (rank >= 32 ? ~0u : (1u << rank) - 1);
-}
-
-/* Whether body value v is column-shaped in a persistent_inner_outer region:
- * an outer reduction's result or computed from one (FJ_RG_COL). */
-static bool io_col_value(const fj_rg_analysis *a, fj_vid v)
-{
-	const fj_rg_value *rv = &a->vals[v];
-	if (!io_ok(a))
-		return false;
-	if (rv->cls == FJ_RG_COL)
-		return true;
-	if (rv->cls != FJ_RG_REDUCTION)
-		return false;
-	for (int o = 0; o < a->noreds; o++)
-		if (rv->node == a->oreds[o])
-			return true;
-	return false;
-}
-
 static bool same_count(fj_module *m, const fj_type *t, const fj_dim *dims, int n)
 {
 	fj_dim a, b;
@@ -548,13 +516,12 @@ static fj_status red_setup(gk *k, redctx *rc)
 {
 	const fj_rg_analysis *a = k->a;
 	const fj_graph *body = k->body;
-	uint32_t kmask;
-	red_domain(a, &rc->dv, &kmask);
+	rc->dv = body->nodes[a->reds[0]].opnds[0]; /* persistent_inner_outer too: its inner reductions' D */
 	const fj_type *dt = &body->values[rc->dv].type;
 	rc->drank = dt->rank;
 	rc->nr = rc->nk = 0;
 	for (int d = 0; d < dt->rank; d++) {
-		if (kmask & (1u << d))
+		if (a->kmask & (1u << d))
 			rc->kdims[rc->nk++] = d;
 		else
 			rc->rdims[rc->nr++] = d;
@@ -567,7 +534,7 @@ static fj_status red_setup(gk *k, redctx *rc)
 		fj_vid v = body->results[j];
 		const fj_rg_value *rv = &a->vals[v];
 		const fj_type *t = &body->values[v].type;
-		if (io_col_value(a, v) || (io_ok(a) && rv->in_c && !rv->in_r && !rv->in_d))
+		if (fj_rg_col_value(a, v))
 			rc->space[j] = 'C';
 		else if (rv->in_r || same_count(m, t, rd, rc->nr))
 			rc->space[j] = 'R';
@@ -2789,14 +2756,11 @@ static int64_t split_chunks(const fj_rg_analysis *a, bool is_inner, bool ordered
 static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim d), void *ud, fj_nvptx_plan *plan)
 {
 	const fj_graph *body = a->node->body;
-	fj_vid dv;
-	uint32_t kmask;
-	red_domain(a, &dv, &kmask);
-	const fj_type *t = &body->values[dv].type;
+	const fj_type *t = a->dom;
 	int64_t rows = 1, len = 1;
 	for (int i = 0; i < t->rank; i++) {
 		int64_t d = dimval(ud, t->dims[i]);
-		if (kmask & (1u << i))
+		if (a->kmask & (1u << i))
 			len *= d;
 		else
 			rows *= d;

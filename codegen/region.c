@@ -474,6 +474,19 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 	return st;
 }
 
+bool fj_rg_col_value(const fj_rg_analysis *a, fj_vid v)
+{
+	const fj_rg_value *x = &a->vals[v];
+	if (!a->noreds || !x->in_c || x->in_d)
+		return false;
+	if (x->cls == FJ_RG_COL)
+		return true;
+	for (int i = 0; i < a->noreds; i++)
+		if (x->node == a->oreds[i])
+			return true;
+	return !x->in_r && (x->cls == FJ_RG_FULL || x->cls == FJ_RG_INPUT || x->cls == FJ_RG_LITERAL);
+}
+
 fj_status fj_rg_host_slots(fj_context *ctx, const fj_graph *g, uint32_t node, uint32_t *nsums,
                            uint32_t *col_result)
 {
@@ -490,8 +503,7 @@ fj_status fj_rg_host_slots(fj_context *ctx, const fj_graph *g, uint32_t node, ui
 		return st;
 	st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: column sums without a column result");
 	for (uint32_t j = 0; j < a.body->nresults; j++) {
-		const fj_rg_value *x = &a.vals[a.body->results[j]];
-		if (x->in_c && !x->in_d) {
+		if (fj_rg_col_value(&a, a.body->results[j])) {
 			*nsums = (uint32_t)a.noreds;
 			*col_result = j;
 			st = FJ_OK;

@@ -177,6 +177,11 @@ typedef struct fj_rg_analysis {
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a);
 void fj_rg_analysis_free(fj_rg_analysis *a);
 
+/* persistent_inner_outer: is body value v stored with the columns (C) --
+ * an outer reduction's result, a value computed from one, or a value of the
+ * inputs that has C's shape and not D's or R's? False in other regions. */
+bool fj_rg_col_value(const fj_rg_analysis *a, fj_vid v);
+
 /* The extra symbols of fusion.kernel `node` of g (fj_rg_analysis.xsyms),
  * for the runtimes that fill the kernel's dims array: syms has room for
  * fj_symbol_count(g->module) entries; *n gets their number (0 for any other

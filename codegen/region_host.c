@@ -197,28 +197,13 @@ static bool same_squeezed(const fj_type *a, uint32_t askip, const fj_type *b, ui
 
 enum { OUT_D, OUT_R, OUT_C };
 
-/* persistent_inner_outer: is v a column value (an outer reduction's result,
- * computed from one, or a C-shaped value stored with them)? */
-static bool col_value(hctx *h, fj_vid v)
-{
-	const fj_rg_value *x = &h->a->vals[v];
-	if (!h->a->noreds || !x->in_c || x->in_d)
-		return false;
-	if (x->cls == FJ_RG_COL)
-		return true;
-	for (int i = 0; i < h->a->noreds; i++)
-		if (x->node == h->a->oreds[i])
-			return true;
-	return !x->in_r && (x->cls == FJ_RG_FULL || x->cls == FJ_RG_INPUT || x->cls == FJ_RG_LITERAL);
-}
-
 /* Is result j's value a D-sized output, an R-sized one, or (persistent_
  * inner_outer) a C-sized one? */
 static int out_class(hctx *h, uint32_t j)
 {
 	fj_vid v = h->body->results[j];
 	const fj_rg_value *x = &h->a->vals[v];
-	if (col_value(h, v))
+	if (fj_rg_col_value(h->a, v))
 		return OUT_C;
 	if (x->in_r && !x->in_d)
 		return OUT_R;
