@@ -504,14 +504,6 @@ typedef struct redctx {
 /* persistent_inner_outer with outer reductions (the io entries below). */
 static bool io_ok(const fj_rg_analysis *a) { return a->sched == FJ_RG_PERSISTENT_INNER_OUTER && a->noreds > 0; }
 
-static bool same_count(fj_module *m, const fj_type *t, const fj_dim *dims, int n)
-{
-	fj_dim a, b;
-	if (!fj_dim_product(m, t->dims, t->rank, &a) || !fj_dim_product(m, dims, n, &b))
-		return false;
-	return a == b;
-}
-
 static fj_status red_setup(gk *k, redctx *rc)
 {
 	const fj_rg_analysis *a = k->a;
@@ -526,26 +518,8 @@ static fj_status red_setup(gk *k, redctx *rc)
 		else
 			rc->rdims[rc->nr++] = d;
 	}
-	fj_module *m = a->g->module;
-	fj_dim rd[FJ_MAX_RANK];
-	for (int i = 0; i < rc->nr; i++)
-		rd[i] = dt->dims[rc->rdims[i]];
-	for (uint32_t j = 0; j < body->nresults && j < MAXIO; j++) {
-		fj_vid v = body->results[j];
-		const fj_rg_value *rv = &a->vals[v];
-		const fj_type *t = &body->values[v].type;
-		if (fj_rg_col_value(a, v))
-			rc->space[j] = 'C';
-		else if (rv->in_r || same_count(m, t, rd, rc->nr))
-			rc->space[j] = 'R';
-		else if (rv->in_d || same_count(m, t, dt->dims, dt->rank))
-			rc->space[j] = 'D';
-		else
-			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, k->n->loc,
-			                       "fusion.kernel: result %u has neither the element count of the reduced "
-			                       "domain nor of its rows",
-			                       j);
-	}
+	for (uint32_t j = 0; j < body->nresults && j < MAXIO; j++)
+		rc->space[j] = "DRC"[a->vals[body->results[j]].space];
 	rc->ordered = false;
 	for (int i = 0; i < a->nreds; i++) {
 		fj_op op = body->nodes[a->reds[i]].op;

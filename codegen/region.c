@@ -266,6 +266,47 @@ fj_status fj_rg_extra_syms(fj_context *ctx, const fj_graph *g, uint32_t node, ui
 	return st;
 }
 
+static bool same_count(fj_module *m, const fj_type *t, const fj_dim *dims, int n)
+{
+	fj_dim x, y;
+	return fj_dim_product(m, t->dims, t->rank, &x) && fj_dim_product(m, dims, n, &y) && x == y;
+}
+
+/* The space every result is stored in (fj_rg_space): C for column values;
+ * without reductions D; else D for D's shape, R for R's shape or R's element
+ * count (fuse's rule L3 lets only order-preserving reshapes of row values
+ * reach an output, so the R-linear index is theirs too), D for D's element
+ * count. Fuse's rule L4 leaves no other count. */
+static fj_status result_spaces(fj_rg_analysis *a)
+{
+	const fj_graph *b = a->body;
+	fj_module *m = a->g->module;
+	fj_dim rd[FJ_MAX_RANK];
+	int nr = 0;
+	for (int d = 0; d < a->dom->rank; d++)
+		if (!(a->kmask & (1u << d)))
+			rd[nr++] = a->dom->dims[d];
+	for (uint32_t j = 0; j < b->nresults; j++) {
+		fj_vid v = b->results[j];
+		fj_rg_value *x = &a->vals[v];
+		const fj_type *t = &b->values[v].type;
+		if (fj_rg_col_value(a, v))
+			x->space = FJ_RG_SPACE_C;
+		else if (!a->kmask || x->in_d)
+			x->space = FJ_RG_SPACE_D;
+		else if (x->in_r || same_count(m, t, rd, nr))
+			x->space = FJ_RG_SPACE_R;
+		else if (same_count(m, t, a->dom->dims, a->dom->rank))
+			x->space = FJ_RG_SPACE_D;
+		else
+			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, a->node->loc,
+			                       "fusion.kernel: result %u has neither the element count of the reduced "
+			                       "domain nor of its rows",
+			                       j);
+	}
+	return FJ_OK;
+}
+
 void fj_rg_analysis_free(fj_rg_analysis *a)
 {
 	if (a->vals)
@@ -464,6 +505,8 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			if (a->vals[v].cls == FJ_RG_ROW && a->vals[v].in_d && a->kmask)
 				a->has_row_d = true;
 		}
+		if (st == FJ_OK)
+			st = result_spaces(a);
 		if (st == FJ_OK)
 			st = analyze_syms(a);
 	}
@@ -812,6 +855,8 @@ void fj_rg_scope_pop(fj_rg *r)
 }
 
 void fj_rg_bind(fj_rg *r, fj_vid v, LLVMValueRef val) { r->bound[v] = val; }
+
+void fj_rg_bind_at(fj_rg *r, fj_vid v, const fj_rg_point *p, LLVMValueRef val) { memo_add(r, v, p, val); }
 
 void fj_rg_fail_if(fj_rg *r, LLVMValueRef cond, int code)
 {

@@ -72,7 +72,7 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-7" /* region-7: persistent_inner_outer */
+#define FJ_RG_VERSION "region-8" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
@@ -108,11 +108,19 @@ typedef enum fj_rg_class {
 	                  * result: at the current column only (after the merge) */
 } fj_rg_class;
 
+/* Where a template stores a result (fj_rg_value.space): at the points of D
+ * (every region without reductions), at the rows R (a value of R's element
+ * count: a reduction's result, or an order-preserving reshape of one; its
+ * element at R-linear index i is row i's), or, persistent_inner_outer, at
+ * the columns C. Decided once by the analysis for every template. */
+typedef enum fj_rg_space { FJ_RG_SPACE_D, FJ_RG_SPACE_R, FJ_RG_SPACE_C } fj_rg_space;
+
 typedef struct fj_rg_value {
 	uint8_t cls;        /* fj_rg_class */
 	bool in_d;          /* has the shape of D (dims equal) */
 	bool in_r;          /* has the shape of R (dims equal) */
 	bool in_c;          /* persistent_inner_outer: has the shape of C (the K dims of D) */
+	uint8_t space;      /* a yielded value: fj_rg_space (FJ_RG_SPACE_D for the others) */
 	int32_t index;      /* FJ_RG_INPUT: operand index; else -1 */
 	int32_t result;     /* the first node result it is yielded as, or -1 */
 	uint32_t node;      /* defining node (body index), FJ_NONODE for params/literals */
@@ -130,7 +138,7 @@ typedef struct fj_rg_symsrc {
 	int dim;
 } fj_rg_symsrc;
 
-#define FJ_RG_MAX_REDS 32
+#define FJ_RG_MAX_REDS FJ_MAX_KERNEL_REDUCTIONS
 
 typedef struct fj_rg_analysis {
 	fj_context *ctx;
@@ -271,6 +279,11 @@ void fj_rg_scope_pop(fj_rg *r);
 /* Binds value v to `val` (a compute value of v's dtype) until unbound or
  * rebound: fj_rg_eval(v, any point) returns it. NULL unbinds. */
 void fj_rg_bind(fj_rg *r, fj_vid v, LLVMValueRef val);
+
+/* Binds value v to `val` at point p alone (a memo entry of the current
+ * scope): fj_rg_eval(v, p) returns it, v at any other point is computed.
+ * For a value a template keeps per point (a row cached in a buffer). */
+void fj_rg_bind_at(fj_rg *r, fj_vid v, const fj_rg_point *p, LLVMValueRef val);
 
 /* Records an index error when cond (i1) is true (status |= FJ_KERR_INDEX). */
 void fj_rg_fail_if(fj_rg *r, LLVMValueRef cond, int code);

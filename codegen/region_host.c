@@ -173,47 +173,11 @@ static void vector_width(hctx *h, fj_cg_loop *l, int interleave)
 
 /* ---- output classes ---- */
 
-/* dims without static 1s, for "same element count" tests */
-static int squeezed(const fj_type *t, uint32_t skip, fj_dim *out)
-{
-	int n = 0;
-	for (int d = 0; d < t->rank; d++)
-		if (!(skip & (1u << d)) && t->dims[d] != 1)
-			out[n++] = t->dims[d];
-	return n;
-}
-
-static bool same_squeezed(const fj_type *a, uint32_t askip, const fj_type *b, uint32_t bskip)
-{
-	fj_dim x[FJ_MAX_RANK], y[FJ_MAX_RANK];
-	int nx = squeezed(a, askip, x), ny = squeezed(b, bskip, y);
-	if (nx != ny)
-		return false;
-	for (int i = 0; i < nx; i++)
-		if (x[i] != y[i])
-			return false;
-	return true;
-}
-
-enum { OUT_D, OUT_R, OUT_C };
+enum { OUT_D = FJ_RG_SPACE_D, OUT_R = FJ_RG_SPACE_R, OUT_C = FJ_RG_SPACE_C };
 
 /* Is result j's value a D-sized output, an R-sized one, or (persistent_
- * inner_outer) a C-sized one? */
-static int out_class(hctx *h, uint32_t j)
-{
-	fj_vid v = h->body->results[j];
-	const fj_rg_value *x = &h->a->vals[v];
-	if (fj_rg_col_value(h->a, v))
-		return OUT_C;
-	if (x->in_r && !x->in_d)
-		return OUT_R;
-	if (x->in_d)
-		return OUT_D;
-	const fj_type *t = &h->body->values[v].type;
-	if (h->a->kmask && same_squeezed(t, 0, h->a->dom, h->a->kmask))
-		return OUT_R;
-	return OUT_D;
-}
+ * inner_outer) a C-sized one? (the analysis decides: fj_rg_space) */
+static int out_class(hctx *h, uint32_t j) { return h->a->vals[h->body->results[j]].space; }
 
 /* Stores every result of class cls at a point of D (pd, with idx) or of R
  * (pr, with idx and lin = the R-linear index). */
@@ -712,17 +676,15 @@ static LLVMValueRef rc_elem(hctx *h, const rowcache *rc, int k, LLVMValueRef pos
 }
 
 /* Binds the cached values filled before pass `ph` (nphases: the output pass). */
+/* at the row's point idx alone (in the current memo scope): a result that
+ * reads a cached value at another point (a transposed copy) computes it */
 static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMValueRef *idx)
 {
+	fj_rg_point p;
+	fj_rg_point_idx(&p, h->a->dom->rank, idx);
 	for (int k = 0; rc && k < rc->n; k++)
 		if (rc->phase[k] < ph)
-			fj_rg_bind(&h->r, rc->v[k], LLVMBuildLoad2(BB, rc->ty[k], rc_elem(h, rc, k, pos, idx), ""));
-}
-
-static void rc_unbind(hctx *h, const rowcache *rc)
-{
-	for (int k = 0; rc && k < rc->n; k++)
-		fj_rg_bind(&h->r, rc->v[k], NULL);
+			fj_rg_bind_at(&h->r, rc->v[k], &p, LLVMBuildLoad2(BB, rc->ty[k], rc_elem(h, rc, k, pos, idx), ""));
 }
 
 /* Streaming the row's D-shaped outputs. A plain store to a line that is not
@@ -1024,7 +986,6 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	fj_rg_point_idx(&p, dr, idx);
 	store_outputs(h, OUT_D, &p);
 	col_accumulate(h, &p, idx);
-	rc_unbind(h, rc);
 	fj_rg_scope_pop(r);
 	if (nt) {
 		fj_cg_loop_end(h->cg, &l);
@@ -1086,8 +1047,7 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 			bool arg = accs[i].kind == FJ_RG_RED_ARGMAX || accs[i].kind == FJ_RG_RED_ARGMIN;
 			kb_step(h, &kb, accs, i, x, arg ? kpos(h, idx) : NULL);
 		}
-		rc_unbind(h, rc);
-		fj_rg_scope_pop(r);
+			fj_rg_scope_pop(r);
 		kblock_end(h, &kb, accs);
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph)
