@@ -31,6 +31,10 @@ _Noreturn void fj_assert_fail(const char *what, const char *file, int line);
 
 #define FJ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define FJ_MAX_RANK 8
+/* The reductions of each kind -- along the rows, and column sums -- that one
+ * fusion.kernel may hold: what the code generators accept (codegen/region.h),
+ * so the fuse pass never builds a kernel with more. */
+#define FJ_MAX_KERNEL_REDUCTIONS 32
 
 /* ---- context: allocator, diagnostics, interned strings (ir/context.c) ---- */
 

@@ -68,6 +68,10 @@
  *      and regions of equal level need no walk at all.
  *   L6 At most 128 operands + results per kernel (launch parameter space;
  *      a free copy's value counts as one operand, standing for its inputs).
+ *   L7 At most FJ_MAX_KERNEL_REDUCTIONS (ir.h) reductions along the rows,
+ *      and as many column sums, per kernel: what codegen accepts. Horizontal
+ *      merging of many same-space reductions (the bias gradients of a deep
+ *      stack) stops there and opens another kernel.
  * Schedules follow (passes/schedule.c): no reduction -> pointwise (or
  * transpose); a reduction whose results are broadcast back and consumed in
  * the region (L3) -> persistent_inner/outer (persistent_inner_outer with L2b's
@@ -526,6 +530,7 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 	 * row reduction (over K), FL_COL from a column sum (L2b, over okmask). */
 	enum { FL_ROW = 1, FL_COL = 2 };
 	bool row_d = false; /* L2b: a row value of D's shape (persistent) */
+	uint32_t nred[2] = {0, 0}; /* reductions along the rows, column sums */
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t ni = f->mem[i];
 		const fj_node *n = &g->nodes[ni];
@@ -543,6 +548,9 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 		}
 		if (fl & FJ_OPF_REDUCTION) {
 			f->flag[ni] = sp.io && f->rmask[ni] == sp.okmask ? FL_COL : FL_ROW;
+			/* L7: the reductions of each kind codegen accepts */
+			if (++nred[f->flag[ni] == FL_COL] > FJ_MAX_KERNEL_REDUCTIONS)
+				return false;
 			continue;
 		}
 		if (!rd)
