@@ -693,33 +693,36 @@ static fj_status phase_bench(fj_context *ctx, phase *ph, bench_result *br)
 	return bench(ctx, ph->p, ph->in, ph->out, br);
 }
 
+#define STEM_MAX 300
+
 /* A file name output, collected for --output-dir and --json. */
 typedef struct named_out {
-	char stem[300];
+	char stem[STEM_MAX];
+	char value[STEM_MAX];  /* the forward output's value name as written ("" for a literal) */
 	const fj_rt_tensor *t;
 	double relerr;
 	char *path, *tmp;
 } named_out;
 
-/* The file stems of the forward's K outputs, as without --train (IR.md §5):
- * the value's name, or out<i> for a literal, a value returned twice or a
- * name an earlier output took. */
-static void output_stems(const fj_graph *gf, uint32_t K, named_out *outs)
+/* The file stem of output k of g (IR.md §5), into stem[300]: the value's
+ * name, or out<k> for a literal, a value returned twice or a name an
+ * earlier output took (prev: the stems of outputs 0..k-1). The stems come
+ * from the graph as written, before any pass: --train names its outputs as
+ * a forward run does. */
+static void output_stem(const fj_graph *g, uint32_t k, const char *const *prev, char *stem)
 {
-	for (uint32_t k = 0; k < K; k++) {
-		fj_vid v = gf->results[k];
-		const char *vn = gf->values[v].kind == FJ_VK_LITERAL ? NULL : gf->values[v].name;
-		for (uint32_t j = 0; vn && j < K; j++)
-			if (j != k && gf->results[j] == v)
-				vn = NULL;
-		for (uint32_t j = 0; vn && j < k; j++)
-			if (strcmp(outs[j].stem, vn) == 0)
-				vn = NULL;
-		if (vn)
-			snprintf(outs[k].stem, sizeof outs[k].stem, "%s", vn);
-		else
-			snprintf(outs[k].stem, sizeof outs[k].stem, "out%u", k);
-	}
+	fj_vid v = g->results[k];
+	const char *vn = g->values[v].kind == FJ_VK_LITERAL ? NULL : g->values[v].name;
+	for (uint32_t j = 0; vn && j < g->nresults; j++)
+		if (j != k && g->results[j] == v)
+			vn = NULL;
+	for (uint32_t j = 0; vn && j < k; j++)
+		if (strcmp(prev[j], vn) == 0)
+			vn = NULL;
+	if (vn)
+		snprintf(stem, STEM_MAX, "%s", vn);
+	else
+		snprintf(stem, STEM_MAX, "out%u", k);
 }
 
 /* The parameter of @f.bw that takes the tangent of forward output k
@@ -738,8 +741,7 @@ static uint32_t tangent_param(const fj_graph *gb, uint32_t nsaved, uint32_t k)
 /* The forward output `--tangent NAME` means (*k): the one written to
  * NAME.npy, else the one that returns %NAME, which must then be the only
  * one (the stems out<i> tell several apart). Returns 1 after an error. */
-static int tangent_output(const fj_graph *gf, const named_out *outs, uint32_t K, const char *gname, const char *name,
-                          uint32_t *k)
+static int tangent_output(const named_out *outs, uint32_t K, const char *gname, const char *name, uint32_t *k)
 {
 	for (*k = 0; *k < K; (*k)++)
 		if (strcmp(outs[*k].stem, name) == 0)
@@ -749,8 +751,7 @@ static int tangent_output(const fj_graph *gf, const named_out *outs, uint32_t K,
 	size_t len = 0;
 	uint32_t n = 0;
 	for (uint32_t j = 0; j < K; j++) {
-		const fj_value *v = &gf->values[gf->results[j]];
-		if (v->kind == FJ_VK_LITERAL || !v->name || strcmp(v->name, vn) != 0)
+		if (!outs[j].value[0] || strcmp(outs[j].value, vn) != 0)
 			continue;
 		if (n++ == 0)
 			*k = j;
@@ -801,6 +802,25 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	named_out *outs = NULL;
 	uint32_t nouts = 0;
 	int rc = 1;
+	/* outputs: the forward's K outputs named from the graph as written
+	 * (canonicalize may merge or rename what they return), then
+	 * grad_<param> in parameter order */
+	const fj_graph *g0 = fj_module_find_graph(m, name);
+	const char **prev = g0 ? calloc(g0->nresults + 1, sizeof *prev) : NULL;
+	outs = prev ? calloc(g0->nresults + g0->nparams + 1, sizeof *outs) : NULL;
+	if (!outs) {
+		free(prev);
+		errorf("out of memory");
+		goto done;
+	}
+	for (uint32_t k = 0; k < g0->nresults; k++) {
+		output_stem(g0, k, prev, outs[k].stem);
+		prev[k] = outs[k].stem;
+		const fj_value *v = &g0->values[g0->results[k]];
+		snprintf(outs[k].value, sizeof outs[k].value, "%s", v->kind == FJ_VK_LITERAL || !v->name ? "" : v->name);
+	}
+	uint32_t K0 = g0->nresults, P0 = g0->nparams;
+	free(prev);
 	fj_pipeline_opts po = {.verify_each = true};
 	fj_status st = fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition", &po);
 	if (st != FJ_OK) {
@@ -818,13 +838,11 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		report(ctx, st);
 		goto done;
 	}
-	/* outputs: the forward's K outputs, then grad_<param> in parameter order */
-	outs = calloc(K + gb->nresults + 1, sizeof *outs);
-	if (!outs) {
-		errorf("out of memory");
+	if (K != K0 || gb->nresults > P0) {
+		errorf("--train: @%s returns %u outputs and @%s %u gradients for @%s's %u outputs and %u parameters",
+		       fwname, K, bwname, gb->nresults, name, K0, P0);
 		goto done;
 	}
-	output_stems(gf, K, outs);
 	for (; nouts < K; nouts++)
 		outs[nouts].t = &fw.out[nouts];
 	/* forward inputs: the primals, from files or random */
@@ -860,7 +878,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	for (size_t t = 0; t < o->ntangents; t++) {
 		uint32_t k;
-		if (tangent_output(gf, outs, K, name, o->tangents[t].name, &k) != 0)
+		if (tangent_output(outs, K, name, o->tangents[t].name, &k) != 0)
 			goto done;
 		uint32_t i = tangent_param(gb, nsaved, k);
 		if (i == gb->nparams) {
@@ -1274,24 +1292,12 @@ int fj_run_main(int argc, char **argv)
 
 	/* names of the outputs */
 	for (uint32_t k = 0; k < nres; k++) {
-		fj_vid v = g->results[k];
-		bool twice = false;
-		for (uint32_t j = 0; j < nres; j++)
-			twice |= j != k && g->results[j] == v;
-		char buf[64];
-		const char *name = g->values[v].name;
-		bool clash = false; /* a name some out<i> or an earlier output took */
-		for (uint32_t j = 0; name && j < k; j++)
-			clash |= strcmp(stems[j], name) == 0;
-		if (g->values[v].kind == FJ_VK_LITERAL || twice || !name || clash) {
-			snprintf(buf, sizeof buf, "out%u", k);
-			name = buf;
-		}
-		stems[k] = strdup(name);
+		stems[k] = malloc(STEM_MAX);
 		if (!stems[k]) {
 			errorf("out of memory");
 			goto done;
 		}
+		output_stem(g, k, (const char *const *)stems, stems[k]);
 	}
 
 	bool check_ok = true;
