@@ -84,6 +84,29 @@ def meta_type(node):
     return None
 
 
+def node_type(gm, node):
+    """(dtype, shape) of a node's value: its meta, or for a get_attr (a tensor
+    constant) the module attribute itself; None when unknown."""
+    t = meta_type(node)
+    if t is None and node.op == "get_attr":
+        v = gm
+        for part in node.target.split("."):
+            v = getattr(v, part, None)
+        if isinstance(v, torch.Tensor):
+            return v.dtype, tuple(v.shape)
+    return t
+
+
+def meta_device(node):
+    """The device of a node's tensor value(s) from its meta, or None."""
+    v = node.meta.get("val", None)
+    vs = [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else v
+    for x in vs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return None
+
+
 def fmt_type(dtype, shape):
     return "%s[%s]" % (DTYPES[dtype], ",".join(str(s) for s in shape))
 
@@ -102,21 +125,24 @@ class Converter:
             self._schemas[op] = self.ctx.op_schema(op)
         return self._schemas[op]
 
-    def convert(self, gm, name="main", params=None, results=None, graph_attrs=None, nograd=()):
-        """Text of one graph @name. params: the placeholder nodes to take, in order (default: all);
-        results: the nodes to return (default: the output node's, flattened; None entries raise);
-        nograd: names of parameters to mark {nograd}."""
+    def convert(self, gm, name="main", params=None, results=None, graph_attrs=None, nograd=(), nodes=None):
+        """Text of one graph @name. params: the nodes its parameters stand for, in order (default:
+        the placeholders); results: the nodes to return (default: the output node's, flattened;
+        None entries raise); nograd: names of parameters to mark {nograd}; nodes: the nodes to
+        convert (default: all), e.g. one region of fusejit.partition. The text has one line per
+        converted node (self.lines[k]: the node on line k + 2), for mapping diagnostics back."""
         g = gm.graph
         places = [n for n in g.nodes if n.op == "placeholder"]
         if params is None:
             params = places
         self.names = {}
         self.failed = set()
+        self.lines = []
         lines = []
         unsupported = []
         ps = []
         for p in params:
-            t = meta_type(p)
+            t = node_type(gm, p)
             if t is None and isinstance(p.meta.get("val", p.meta.get("example_value")), getattr(torch, "SymInt", ())):
                 raise UnsupportedOp(["input %s (a symbolic size: dynamic shapes; compile with "
                                      "torch.compile(..., dynamic=False))" % p.name])
@@ -124,7 +150,7 @@ class Converter:
                 raise UnsupportedOp(["input %s (not a tensor of a supported dtype)" % p.name])
             self.names[p] = _ir_name(p.name)
             ps.append("%s: %s%s" % (_ir_name(p.name), fmt_type(*t), " {nograd}" if p.name in nograd else ""))
-        for n in g.nodes:
+        for n in (g.nodes if nodes is None else nodes):
             if n.op in ("placeholder", "output"):
                 continue
             if n.op == "call_function" and n.target is operator.getitem:
@@ -146,6 +172,7 @@ class Converter:
                 continue
             if line:
                 lines.append(line)
+                self.lines.append(n)
         if unsupported:
             raise UnsupportedOp(unsupported)
         if results is None:
@@ -167,6 +194,43 @@ class Converter:
             attrs = " {" + ", ".join("%s=%s" % (k, fmt_attr(v)) for k, v in graph_attrs.items()) + "}"
         body = "".join("  %s\n" % l for l in lines)
         return "graph @%s(%s)%s {\n%sreturn %s\n}\n" % (name, ", ".join(ps), attrs, body + "  ", ", ".join(rs))
+
+    def support(self, gm, n, device="cpu"):
+        """None when node n converts on its own, else the reason it stays in PyTorch."""
+        if n.op == "call_module":
+            return "a module call (%s)" % n.target
+        if n.op != "call_function":
+            return "not an ATen call (%s)" % n.op
+        if not isinstance(n.target, torch._ops.OpOverload):
+            return "not an ATen op (%s)" % getattr(n.target, "__name__", n.target)
+        v = n.meta.get("val", n.meta.get("tensor_meta", None))
+        vals = [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else v
+        for x in vals:
+            if x is None:
+                continue
+            if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+                return "its result is not a tensor (%s)" % type(x).__name__
+            if x.dtype not in DTYPES:
+                return "dtype %s (fusejit has %s)" % (str(x.dtype).replace("torch.", ""), ", ".join(DTYPES.values()))
+            if any(not isinstance(s, int) for s in x.shape):
+                return "a symbolic size (dynamic shapes)"
+        for o in n.all_input_nodes:
+            t = node_type(gm, o)
+            if t is not None and t[0] not in DTYPES:
+                return "operand %s has dtype %s" % (o.name, str(t[0]).replace("torch.", ""))
+            d = meta_device(o)
+            if d is not None and device is not None and d.type != device:
+                return "operand %s is on %s (this executor runs on %s)" % (o.name, d, device)
+        self.names = {o: (["%%%s.%d" % (o.name, i) for i in range(16)] if isinstance(o.meta.get("val"), (list, tuple))
+                          else _ir_name(o.name)) for o in n.all_input_nodes}
+        self.failed = set()
+        try:
+            self.node(n)
+        except UnsupportedOp as e:
+            return "; ".join(e.ops)
+        except _Downstream:
+            return "an operand fusejit cannot take"
+        return None
 
     def operand(self, v, what):
         if v is None:
@@ -254,9 +318,20 @@ class Converter:
 
 
 def ensure_meta(gm, example_inputs):
-    """Fills tensor_meta by running the graph once when nodes lack shapes."""
+    """Fills tensor_meta by running the graph once when nodes lack shapes; returns
+    the nodes that got it (drop_meta takes it away again)."""
     need = any(meta_type(n) is None for n in gm.graph.nodes
                if n.op == "placeholder" or (n.op == "call_function" and n.target is not operator.getitem))
-    if need:
-        from torch.fx.passes.shape_prop import ShapeProp
-        ShapeProp(gm).propagate(*example_inputs)
+    if not need:
+        return []
+    from torch.fx.passes.shape_prop import ShapeProp
+    before = {n for n in gm.graph.nodes if "tensor_meta" in n.meta}
+    ShapeProp(gm).propagate(*example_inputs)
+    return [n for n in gm.graph.nodes if "tensor_meta" in n.meta and n not in before]
+
+
+def drop_meta(nodes):
+    """Takes back the tensor_meta ensure_meta added (AOTAutograd's partitioners
+    read a multi-output node without one as a tuple)."""
+    for n in nodes:
+        n.meta.pop("tensor_meta", None)

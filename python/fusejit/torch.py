@@ -19,14 +19,16 @@ the graph and fusejit compiles both halves (see default_partition_fn).
 Executors: auto (default), host, nvptx, aten. Tensors must live on the CPU for
 host and aten.
 """
+import ctypes
 import functools
+import re
 import threading
 
-import numpy as np
 import torch
 
-from . import Context
+from . import Context, FusejitError, _lib
 from . import fx as _fx
+from . import partition as _part
 
 _lock = threading.Lock()
 _ctx = None
@@ -41,15 +43,58 @@ def context():
         return _ctx
 
 
-def _to_numpy(t):
-    if not isinstance(t, torch.Tensor):
-        return np.asarray(t)
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.dtype == torch.bfloat16:
-        raise TypeError("fusejit.torch: bf16 tensors are not supported by the NumPy bridge")
-    return t.numpy()
+# torch dtype -> fusejit scalar type (fj_scalar_type)
+_FJ_DTYPE = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4,
+             torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8, torch.bool: 9}
+
+
+def _desc(t, d, keep):
+    """Fills fj_tensor d with torch tensor t's data pointer, sizes, strides, dtype and
+    device: fusejit reads (or writes) the tensor in place."""
+    if t.dtype not in _FJ_DTYPE:
+        raise TypeError("fusejit.torch: unsupported dtype %s" % t.dtype)
+    d.data = t.data_ptr() if t.numel() else None
+    d.dtype = _FJ_DTYPE[t.dtype]
+    d.rank = t.dim()
+    for k, n in enumerate(t.shape):
+        d.sizes[k] = n
+    if t.numel() and not t.is_contiguous():
+        st = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
+        keep.append(st)
+        d.strides = ctypes.cast(st, _lib.c_int64_p)
+    else:
+        d.strides = None
+    d.device = 1 if t.device.type == "cuda" else 0
+    d.device_index = t.device.index or 0 if t.device.type == "cuda" else 0
+    d.flags = 0
+
+
+class TensorCall:
+    """Runs a compiled fusejit program on torch tensors in place: the inputs'
+    memory is read where it is, the outputs are allocated by torch (out_types:
+    (dtype, shape) each, on `device`) and written by fusejit. Returns a list."""
+
+    def __init__(self, prog, out_types, device="cpu", name="fusejit_program"):
+        self.prog, self.out_types, self.device = prog, list(out_types), torch.device(device)
+        self._lib = prog.ctx._lib
+        self.__name__ = name  # torch.fx names call_function targets
+
+    def __call__(self, *args):
+        L = self._lib
+        keep = []
+        n, m = len(args), len(self.out_types)
+        ins = (_lib.Tensor * max(n, 1))()
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                a = torch.as_tensor(a)
+            keep.append(a)
+            _desc(a, ins[i], keep)
+        outs = [torch.empty(shape, dtype=dt, device=self.device) for dt, shape in self.out_types]
+        od = (_lib.Tensor * max(m, 1))()
+        for i, o in enumerate(outs):
+            _desc(o, od[i], keep)
+        self.prog.ctx._check(L.fj_program_run(self.prog._ptr, ins, n, od, m))
+        return outs
 
 
 def _boxed(fn):
@@ -60,23 +105,6 @@ def _boxed(fn):
         return r
     call._boxed_call = True
     return call
-
-
-class FusejitCall:
-    """Runs a fusejit program on torch tensors; returns a list of tensors (None where
-    `none_at` says an output is absent)."""
-
-    def __init__(self, prog, nouts=None, positions=None):
-        self.prog = prog
-        self.positions = positions  # out index -> program output index, or None
-        self.nouts = nouts
-
-    def __call__(self, *args):
-        outs = self.prog.run(*[_to_numpy(a) for a in args])
-        ts = [torch.from_numpy(o) for o in outs]
-        if self.positions is None:
-            return ts
-        return [ts[p] if p is not None else None for p in self.positions]
 
 
 def _graph_module(nplaceholders, fn, name, outputs):
@@ -93,20 +121,121 @@ def _graph_module(nplaceholders, fn, name, outputs):
     return gm
 
 
+EXECUTOR_DEVICE = {"host": "cpu", "aten": "cpu", "nvptx": "cuda", "auto": None}
+
+
+class Report:
+    """What fusejit did with one FX graph: the regions it compiled (each a list of
+    op names) and the nodes left to PyTorch, each with its reason."""
+
+    def __init__(self, name):
+        self.name = name
+        self.regions = []      # [[op name, ...], ...]
+        self.fallback = []     # [(node name, op name, reason), ...]
+        self.counted = 0       # call_function nodes (getitems left out)
+        self.fused = 0         # of them, compiled by fusejit
+
+    def __repr__(self):
+        return "Report(%s: %d regions, %d/%d ops in fusejit, %d left to PyTorch)" % (
+            self.name, len(self.regions), self.fused, self.counted, len(self.fallback))
+
+
+_reports = threading.local()
+
+
+def _record(rep):
+    sink = getattr(_reports, "sink", None)
+    if sink is not None:
+        sink.append(rep)
+
+
+_LINE = re.compile(r":(\d+):\d+: (?:error|warning)")
+
+
 def compile_graph(gm, example_inputs, executor="auto", name="main"):
-    """Compiles an FX graph of ATen ops into a callable(*tensors) -> list (None kept)."""
+    """Compiles an FX graph of ATen ops: the regions fusejit supports each become one
+    fusejit program; every other node runs as its ATen call in PyTorch. Returns a
+    callable(*tensors) -> list (None kept where the graph returns None)."""
     ctx = context()
     _fx.ensure_meta(gm, example_inputs)
-    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    keep = [o for o in outs if o is not None]
-    positions, k = [], 0
-    for o in outs:
-        positions.append(k if o is not None else None)
-        k += o is not None
-    text = _fx.Converter(ctx).convert(gm, name=name, results=keep)
-    prog = ctx.compile(text, executor=executor)
-    return FusejitCall(prog, positions=positions)
+    conv = _fx.Converter(ctx)
+    device = EXECUTOR_DEVICE.get(executor)
+    if device is None:
+        device = "cuda" if _auto_is_nvptx() else "cpu"
+    reasons = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and not _part.is_getitem(n):
+            r = conv.support(gm, n, device)
+            if r is not None:
+                reasons[n] = r
+    rep = Report(name)
+    compiled = {}
+
+    def make_call(region, inputs, outputs):
+        return compiled[id(region[0])]
+
+    for attempt in range(64):
+        regions = _part.propose(gm.graph, lambda n: n not in reasons)
+        compiled.clear()
+        failed = False
+        for k, region in enumerate(regions):
+            inputs, outputs = _part.boundary(region, gm.graph)
+            try:
+                text = conv.convert(gm, name="%s_r%d" % (name, k), params=inputs, results=outputs, nodes=region)
+                prog = ctx.compile(text, executor=executor)
+            except _fx.UnsupportedOp as e:  # a node the converter refused after all
+                bad = [n for n in region if n.op == "call_function" and not _part.is_getitem(n)
+                       and conv.support(gm, n, device) is not None] or region
+                for n in bad:
+                    reasons[n] = "; ".join(e.ops)
+                failed = True
+                break
+            except FusejitError as e:
+                m = _LINE.search(str(e))
+                line = int(m.group(1)) if m else 0
+                bad = conv.lines[line - 2] if 2 <= line < len(conv.lines) + 2 else None
+                msg = str(e).split(": error: ", 1)[-1]
+                for n in ([bad] if bad is not None else [n for n in region if not _part.is_getitem(n)]):
+                    reasons[n] = "fusejit refused it: " + msg
+                failed = True
+                break
+            compiled[id(region[0])] = TensorCall(prog, [_fx.node_type(gm, o) for o in outputs], device,
+                                                 "fusejit_%s_r%d" % (name, k))
+        if not failed:
+            break
+    else:
+        regions = []
+    new = _part.rebuild(gm, regions, make_call)
+    for region in regions:
+        rep.regions.append([_part.op_name(n) for n in region if not _part.is_getitem(n)])
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and not _part.is_getitem(n):
+            rep.counted += 1
+    rep.fused = sum(len(r) for r in rep.regions)
+    in_region = {n for r in regions for n in r}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and not _part.is_getitem(n) and n not in in_region:
+            why = reasons.get(n, "a region too small to gain from a kernel (views only)")
+            rep.fallback.append((n.name, _part.op_name(n), why))
+    _record(rep)
+    out = [n for n in new.graph.nodes if n.op == "output"][0].args[0]
+    single = not isinstance(out, (list, tuple))
+    run = new.forward
+
+    def call(*args):
+        r = run(*args)
+        return [r] if single else list(r)
+    call.report = rep
+    call.graph_module = new
+    return call
+
+
+def _auto_is_nvptx():
+    """Whether executor "auto" picks nvptx here (a CUDA driver and a GPU)."""
+    try:
+        return context().compile("graph @p(%x: f32[1]) {\n  return %x\n}\n", executor="auto").executor == "nvptx"
+    except Exception:
+        return False
 
 
 def fw_compiler(gm, example_inputs, executor="auto"):
@@ -124,11 +253,42 @@ TRAIN_PIPELINE = "verify,decompose,canonicalize,recompute,partition{mode=mincut}
 def partition(joint_gm, joint_inputs, executor="auto", num_fwd_outputs=None, **kwargs):
     """fusejit's min-cut partitioner as AOTAutograd's partition_fn: converts the joint
     graph to @f.joint, runs fusejit's `partition` pass, compiles @f.fw and @f.bw, and
-    returns forward and backward GraphModules that call them."""
+    returns forward and backward GraphModules that call them. When fusejit cannot
+    take the whole joint graph (an op it lacks), AOTAutograd's own partitioner
+    splits it instead, and fw_compiler/bw_compiler compile each half's supported
+    regions with the rest left to PyTorch."""
+    primals, second = joint_inputs
+    added = _fx.ensure_meta(joint_gm, list(primals) + list(second))
+    try:
+        return _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs)
+    except (_fx.UnsupportedOp, FusejitError):
+        _fx.drop_meta(added)
+    from functorch.compile import default_partition
+    try:
+        from functorch.compile import min_cut_rematerialization_partition as mincut
+        import networkx  # noqa: F401  (the min-cut partitioner needs it)
+    except ImportError:
+        mincut = default_partition
+    kw = {"num_fwd_outputs": num_fwd_outputs} if num_fwd_outputs is not None else {}
+    return mincut(joint_gm, joint_inputs, **kw)
+
+
+def _out_types(prog):
+    """(torch dtype, shape) of each output of a compiled program with static sizes."""
+    back = {v: k for k, v in _fx.DTYPES.items()}
+    out = []
+    for _, ty in prog.info["output"]:
+        dt, _, dims = ty.partition("[")
+        dims = dims.rstrip("]")
+        out.append((back[dt], tuple(int(d) for d in dims.split(",")) if dims else ()))
+    return out
+
+
+def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
     ctx = context()
     primals, second = joint_inputs
     nprim = len(primals)
-    _fx.ensure_meta(joint_gm, list(primals) + list(second))
+    device = EXECUTOR_DEVICE.get(executor) or ("cuda" if _auto_is_nvptx() else "cpu")
     places = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
     out = [n for n in joint_gm.graph.nodes if n.op == "output"][0].args[0]
     outs = list(out)
@@ -153,7 +313,7 @@ def partition(joint_gm, joint_inputs, executor="auto", num_fwd_outputs=None, **k
     fw = ctx.compile(m, executor=executor, graph="f.fw", pipeline="verify")
     bw = ctx.compile(m, executor=executor, graph="f.bw", pipeline="verify")
     nsaved = len(fw.info["output"]) - K
-    fw_call = FusejitCall(fw)
+    fw_call = TensorCall(fw, _out_types(fw), device)
     pos, k = [], 0
     for g in grads:
         pos.append(k if g is not None else None)
@@ -162,7 +322,7 @@ def partition(joint_gm, joint_inputs, executor="auto", num_fwd_outputs=None, **k
     def fusejit_fw(*args):
         return tuple(fw_call(*args))
 
-    bw_call = FusejitCall(bw)
+    bw_call = TensorCall(bw, _out_types(bw), device)
 
     def fusejit_bw(*args):
         saved, tans = args[:nsaved], args[nsaved:]
@@ -171,6 +331,10 @@ def partition(joint_gm, joint_inputs, executor="auto", num_fwd_outputs=None, **k
     fw_gm = _graph_module(nprim, fusejit_fw, "fusejit_fw", list(range(K + nsaved)))
     bw_gm = _graph_module(nsaved + ntan_all, fusejit_bw, "fusejit_bw", pos)
     fw_gm._fusejit_text = bw_gm._fusejit_text = str(m)
+    rep = Report("joint (fusejit's min-cut partition)")
+    ops = [_part.op_name(n) for n in joint_gm.graph.nodes if n.op == "call_function" and not _part.is_getitem(n)]
+    rep.regions, rep.counted, rep.fused = [ops], len(ops), len(ops)
+    _record(rep)
     return fw_gm, bw_gm
 
 
@@ -244,3 +408,73 @@ def register_backends():
 
 
 REGISTERED = register_backends()
+
+
+# ---- explain ----
+
+class Explanation:
+    """fusejit.torch.explain's result: one Report per FX graph fusejit was given
+    (forward and backward graphs, and each graph break's), with totals."""
+
+    def __init__(self, reports):
+        self.reports = list(reports)
+
+    @property
+    def regions(self):
+        return [r for rep in self.reports for r in rep.regions]
+
+    @property
+    def fallback(self):
+        return [f for rep in self.reports for f in rep.fallback]
+
+    def counts(self, exclude=()):
+        """(ops in fusejit, ops in all) over every graph's call_function nodes, leaving out
+        the ops whose name (aten.convolution ...) starts with one of `exclude`."""
+        def kept(name):
+            return not any(name.startswith(e) for e in exclude)
+        fused = sum(1 for r in self.regions for op in r if kept(op))
+        left = sum(1 for _, op, _ in self.fallback if kept(op))
+        return fused, fused + left
+
+    def __str__(self):
+        fused, total = self.counts()
+        lines = ["fusejit: %d graphs, %d regions; %d of %d ops in fusejit, %d left to PyTorch" % (
+            len(self.reports), len(self.regions), fused, total, total - fused)]
+        for rep in self.reports:
+            lines.append("graph %s: %d regions, %d/%d ops in fusejit" % (rep.name, len(rep.regions), rep.fused,
+                                                                       rep.counted))
+            for k, r in enumerate(rep.regions):
+                lines.append("  region %d (%d ops): %s" % (k, len(r), ", ".join(r)))
+            for node, op, why in rep.fallback:
+                lines.append("  in PyTorch: %s (%s): %s" % (node, op, why))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(fn, *inputs, executor="host", **kwinputs):
+    """Compiles fn (a function or an nn.Module) with fusejit as torch.compile (PyTorch
+    2.x) or aot_function (1.x) would, runs it once on the inputs, and its backward
+    when an output needs a gradient (without touching any .grad), and returns an
+    Explanation: the regions fusejit compiled, the ops in each, and the ops left to
+    PyTorch with the reason for each (like torch._dynamo.explain)."""
+    sink = []
+    old = getattr(_reports, "sink", None)
+    _reports.sink = sink
+    try:
+        if TORCH2:
+            compiled = torch.compile(fn, backend=_make_backend(executor), dynamic=False)
+        elif isinstance(fn, torch.nn.Module):
+            compiled = aot_fusejit_module(fn, executor=executor)
+        else:
+            compiled = aot_fusejit(fn, executor=executor)
+        out = compiled(*inputs, **kwinputs)
+        outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        leaves = [t for t in list(inputs) + (list(fn.parameters()) if isinstance(fn, torch.nn.Module) else [])
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outs and leaves:
+            torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
+    finally:
+        _reports.sink = old
+    return Explanation(sink)
