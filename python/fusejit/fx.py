@@ -15,6 +15,8 @@ import operator
 
 import torch
 
+from . import decomp as _decomp
+
 DTYPES = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -22,7 +24,7 @@ DTYPES = {
 }
 
 # ATen names fusejit spells differently, and arguments always dropped.
-RENAME_OP = {"rsub": "sub", "empty_like": "zeros_like", "fill": "full_like", "empty": "zeros"}
+RENAME_OP = {"rsub": "sub", "empty_like": "zeros_like", "fill": "full_like"}
 DROP = {"device", "layout", "pin_memory", "memory_format", "non_blocking", "generator", "copy"}
 
 
@@ -97,6 +99,17 @@ def node_type(gm, node):
     return t
 
 
+def meta_stride(node):
+    """The strides of a node's tensor value from its meta (FakeTensor or
+    TensorMetadata), or None."""
+    v = node.meta.get("val", node.meta.get("tensor_meta", None))
+    try:
+        st = v.stride() if callable(getattr(v, "stride", None)) else getattr(v, "stride", None)
+        return tuple(int(x) for x in st) if st is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def meta_device(node):
     """The device of a node's tensor value(s) from its meta, or None."""
     v = node.meta.get("val", None)
@@ -132,6 +145,7 @@ class Converter:
         convert (default: all), e.g. one region of fusejit.partition. The text has one line per
         converted node (self.lines[k]: the node on line k + 2), for mapping diagnostics back."""
         g = gm.graph
+        self.gm = gm
         places = [n for n in g.nodes if n.op == "placeholder"]
         if params is None:
             params = places
@@ -170,8 +184,8 @@ class Converter:
             except _Downstream:
                 self.failed.add(n)
                 continue
-            if line:
-                lines.append(line)
+            for ln in ([line] if isinstance(line, str) else line or []):
+                lines.append(ln)
                 self.lines.append(n)
         if unsupported:
             raise UnsupportedOp(unsupported)
@@ -221,6 +235,7 @@ class Converter:
             d = meta_device(o)
             if d is not None and device is not None and d.type != device:
                 return "operand %s is on %s (this executor runs on %s)" % (o.name, d, device)
+        self.gm = gm
         self.names = {o: (["%%%s.%d" % (o.name, i) for i in range(16)] if isinstance(o.meta.get("val"), (list, tuple))
                           else _ir_name(o.name)) for o in n.all_input_nodes}
         self.failed = set()
@@ -253,6 +268,16 @@ class Converter:
         full = "%s.%s" % (ns, base)
         if ns != "aten":
             raise UnsupportedOp([str(n.target)])
+        rule = _decomp.RULES.get(base)
+        if rule is not None:
+            b = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+            for a, v in zip(schema.arguments, n.args):
+                b[a.name] = v
+            b.update(n.kwargs)
+            try:
+                return rule(self, n, b)
+            except _decomp._Plain:
+                pass
         base = RENAME_OP.get(base, base)
         op = "aten." + base
         sig = self.schema(op)

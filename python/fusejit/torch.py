@@ -72,7 +72,8 @@ def _desc(t, d, keep):
 class TensorCall:
     """Runs a compiled fusejit program on torch tensors in place: the inputs'
     memory is read where it is, the outputs are allocated by torch (out_types:
-    (dtype, shape) each, on `device`) and written by fusejit. Returns a list."""
+    (dtype, shape[, strides or None]) each, on `device`) and written by fusejit.
+    Returns a list."""
 
     def __init__(self, prog, out_types, device="cpu", name="fusejit_program"):
         self.prog, self.out_types, self.device = prog, list(out_types), torch.device(device)
@@ -89,7 +90,8 @@ class TensorCall:
                 a = torch.as_tensor(a)
             keep.append(a)
             _desc(a, ins[i], keep)
-        outs = [torch.empty(shape, dtype=dt, device=self.device) for dt, shape in self.out_types]
+        outs = [torch.empty(t[1], dtype=t[0], device=self.device) if len(t) < 3 or t[2] is None else
+                torch.empty_strided(t[1], t[2], dtype=t[0], device=self.device) for t in self.out_types]
         od = (_lib.Tensor * max(m, 1))()
         for i, o in enumerate(outs):
             _desc(o, od[i], keep)
@@ -199,7 +201,9 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
                     reasons[n] = "fusejit refused it: " + msg
                 failed = True
                 break
-            compiled[id(region[0])] = TensorCall(prog, [_fx.node_type(gm, o) for o in outputs], device,
+            # outputs take the strides PyTorch gave them (a view after the region may rely on them)
+            types = [_fx.node_type(gm, o) + (_fx.meta_stride(o),) for o in outputs]
+            compiled[id(region[0])] = TensorCall(prog, types, device,
                                                  "fusejit_%s_r%d" % (name, k))
         if not failed:
             break
@@ -244,7 +248,10 @@ def fw_compiler(gm, example_inputs, executor="auto"):
     return _boxed(compile_graph(gm, example_inputs, executor, "fw"))
 
 
-bw_compiler = fw_compiler
+def bw_compiler(gm, example_inputs, executor="auto"):
+    if getattr(gm, "_fusejit_compiled", False):
+        return _boxed(gm)
+    return _boxed(compile_graph(gm, example_inputs, executor, "bw"))
 
 
 TRAIN_PIPELINE = "verify,decompose,canonicalize,recompute,partition{mode=mincut}"
@@ -452,6 +459,20 @@ class Explanation:
     __repr__ = __str__
 
 
+def _tensors(out):
+    """The tensors of a model's output: a tensor, a list/tuple/dict of them, or a
+    ModelOutput (transformers)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
 def explain(fn, *inputs, executor="host", **kwinputs):
     """Compiles fn (a function or an nn.Module) with fusejit as torch.compile (PyTorch
     2.x) or aot_function (1.x) would, runs it once on the inputs, and its backward
@@ -468,9 +489,7 @@ def explain(fn, *inputs, executor="host", **kwinputs):
             compiled = aot_fusejit_module(fn, executor=executor)
         else:
             compiled = aot_fusejit(fn, executor=executor)
-        out = compiled(*inputs, **kwinputs)
-        outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
-                if isinstance(o, torch.Tensor) and o.requires_grad]
+        outs = [o for o in _tensors(compiled(*inputs, **kwinputs)) if o.requires_grad]
         leaves = [t for t in list(inputs) + (list(fn.parameters()) if isinstance(fn, torch.nn.Module) else [])
                   if isinstance(t, torch.Tensor) and t.requires_grad]
         if outs and leaves:

@@ -206,3 +206,38 @@ def test_strided_inputs_are_read_in_place():
     y = torch.randn(4, 1).expand(4, 5)  # stride 0
     out = through_fusejit(lambda a: a * 3.0 + 1.0)(y)
     torch.testing.assert_close(out, y * 3.0 + 1.0)
+
+
+@pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="PyTorch 2.x")
+@pytest.mark.parametrize("kind", ["plain", "causal", "bool_mask", "float_mask", "scale", "gqa"])
+def test_scaled_dot_product_attention(kind):
+    B, H, L, S, E = 2, 4, 5, 7, 8
+    q, k, v = rnd(B, H, L, E), rnd(B, H, S, E), rnd(B, H, S, E)
+    kw = {}
+    if kind == "causal":
+        k, v = rnd(B, H, L, E), rnd(B, H, L, E)
+        kw["is_causal"] = True
+    elif kind in ("bool_mask", "float_mask"):
+        mask = torch.rand(L, S) > 0.3 if kind == "bool_mask" else torch.randn(B, 1, L, S)
+        if kind == "bool_mask":
+            mask[:, 0] = True  # no row fully masked
+        # the mask is an input (a tensor captured by the function is a constant to aot_function)
+        check(lambda a, b, c, m: F.scaled_dot_product_attention(a, b, c, attn_mask=m), q, k, v,
+              mask.requires_grad_(False))
+        return
+    elif kind == "scale":
+        kw["scale"] = 0.3
+    elif kind == "gqa":
+        if "enable_gqa" not in F.scaled_dot_product_attention.__doc__:
+            pytest.skip("this PyTorch has no enable_gqa")
+        k, v = rnd(B, 2, S, E), rnd(B, 2, S, E)
+        kw["enable_gqa"] = True
+    check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, **kw), q, k, v)
+
+
+def test_select_split_unbind_chunk():
+    check(lambda x: x.select(1, -2) * 2.0 + x[0, 1], rnd(3, 4, 5))
+    check(lambda x: sum(p.sum(1) for p in x.split(2, dim=1)), rnd(3, 5))
+    check(lambda x: torch.stack([p.exp() for p in x.unbind(0)]).sum(0) if hasattr(torch, "stack") else x,
+          rnd(3, 4))
+    check(lambda x: x.chunk(3, dim=-1)[1].tanh() * x.split([1, 4], dim=1)[0], rnd(2, 5))

@@ -1,0 +1,274 @@
+"""ATen ops the bridge expresses in fusejit's op set (IR.md §3) by a few lines
+of fusejit text each: views PyTorch 2.x emits that fusejit has no op for
+(select, split, unbind ...), and scaled dot product attention, forward and
+backward, in the math form (QK^T * scale, masks, softmax through logsumexp,
+PV). Each rule takes the Converter, the FX node and its arguments bound by
+their ATen schema names, sets conv.names[node] (a name, or a list for a
+multi-output op) and returns the lines. A rule raises UnsupportedOp (with the
+reason) for a case it does not cover; the node then stays in PyTorch."""
+import math
+
+import torch
+
+
+class _Emit:
+    def __init__(self, conv, n):
+        self.conv, self.n, self.lines, self.k = conv, n, [], 0
+
+    def tmp(self):
+        self.k += 1
+        return "%%%s.d%d" % (self.n.name, self.k)
+
+    def op(self, op, operands, attrs=None, out=None):
+        from .fx import fmt_attr
+        out = out or self.tmp()
+        a = ""
+        if attrs:
+            a = " {" + ", ".join("%s=%s" % (k, fmt_attr(v)) for k, v in attrs.items()) + "}"
+        self.lines.append("%s = %s(%s)%s" % (out, op, ", ".join(operands), a))
+        return out
+
+
+def _shape(conv, v):
+    from .fx import UnsupportedOp, node_type
+    t = node_type(conv.gm, v) if isinstance(v, torch.fx.Node) else None
+    if t is None:
+        raise UnsupportedOp(["an operand of unknown shape"])
+    return t
+
+
+def _dim(d, rank):
+    return d + rank if d < 0 else d
+
+
+def select(conv, n, b):
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b["dim"], len(shape))
+    i = b["index"]
+    if not isinstance(i, int):
+        from .fx import UnsupportedOp
+        raise UnsupportedOp(["select at a symbolic index"])
+    i = i + shape[d] if i < 0 else i
+    e = _Emit(conv, n)
+    s = e.op("aten.slice", [conv.operand(b["self"], "aten.select")], {"dim": d, "start": i, "end": i + 1})
+    conv.names[n] = e.op("aten.squeeze", [s], {"dims": [d]}, out="%" + n.name)
+    return e.lines
+
+
+def select_backward(conv, n, b):
+    sizes = list(b["input_sizes"])
+    d = _dim(b["dim"], len(sizes))
+    i = b["index"]
+    i = i + sizes[d] if i < 0 else i
+    g = conv.operand(b["grad_output"], "aten.select_backward")
+    e = _Emit(conv, n)
+    u = e.op("aten.unsqueeze", [g], {"dim": d})
+    parts = []
+    if i > 0:
+        parts.append(e.op("aten.new_zeros", [g], {"shape": sizes[:d] + [i] + sizes[d + 1:]}))
+    parts.append(u)
+    if i < sizes[d] - 1:
+        parts.append(e.op("aten.new_zeros", [g], {"shape": sizes[:d] + [sizes[d] - 1 - i] + sizes[d + 1:]}))
+    conv.names[n] = e.op("aten.cat", parts, {"dim": d}, out="%" + n.name) if len(parts) > 1 else \
+        e.op("aten.clone", [u], out="%" + n.name)
+    return e.lines
+
+
+def lift_fresh_copy(conv, n, b):
+    e = _Emit(conv, n)
+    conv.names[n] = e.op("aten.clone", [conv.operand(b["self"], "aten.lift_fresh_copy")], out="%" + n.name)
+    return e.lines
+
+
+def _pieces(conv, n, x, d, sizes):
+    e = _Emit(conv, n)
+    xs = conv.operand(x, "aten.split")
+    outs, at = [], 0
+    for k, s in enumerate(sizes):
+        outs.append(e.op("aten.slice", [xs], {"dim": d, "start": at, "end": at + s}, out="%%%s.%d" % (n.name, k)))
+        at += s
+    conv.names[n] = outs
+    return e.lines
+
+
+def split(conv, n, b):
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b.get("dim", 0), len(shape))
+    size = b["split_size"]
+    if isinstance(size, (list, tuple)):
+        return _pieces(conv, n, b["self"], d, list(size))
+    total = shape[d]
+    sizes = [min(size, total - at) for at in range(0, total, size)] if size > 0 else [total]
+    return _pieces(conv, n, b["self"], d, sizes or [0])
+
+
+def split_with_sizes(conv, n, b):
+    dt, shape = _shape(conv, b["self"])
+    return _pieces(conv, n, b["self"], _dim(b.get("dim", 0), len(shape)), list(b["split_sizes"]))
+
+
+def unbind(conv, n, b):
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b.get("dim", 0), len(shape))
+    xs = conv.operand(b["self"], "aten.unbind")
+    e = _Emit(conv, n)
+    outs = []
+    for k in range(shape[d]):
+        s = e.op("aten.slice", [xs], {"dim": d, "start": k, "end": k + 1})
+        outs.append(e.op("aten.squeeze", [s], {"dims": [d]}, out="%%%s.%d" % (n.name, k)))
+    conv.names[n] = outs
+    return e.lines
+
+
+def cat(conv, n, b):
+    """PyTorch's cat skips legacy 1-D empty operands ([0]) beside others."""
+    from .fx import UnsupportedOp
+    ts = list(b["tensors"])
+    ranks = [len(_shape(conv, t)[1]) for t in ts]
+    keep = [t for t, r in zip(ts, ranks) if not (r == 1 and _shape(conv, t)[1] == (0,))]
+    if not keep:
+        keep = ts[:1]
+    if len(keep) == len(ts):
+        raise _Plain()
+    e = _Emit(conv, n)
+    rank = len(_shape(conv, keep[0])[1])
+    d = _dim(b.get("dim", 0), rank)
+    ops = [conv.operand(t, "aten.cat") for t in keep]
+    if len(ops) == 1:
+        conv.names[n] = e.op("aten.clone", ops, out="%" + n.name)
+    else:
+        conv.names[n] = e.op("aten.cat", ops, {"dim": d}, out="%" + n.name)
+    if not e.lines:
+        raise UnsupportedOp(["aten.cat"])
+    return e.lines
+
+
+class _Plain(Exception):
+    """The op converts as it is (no rule needed for this call)."""
+
+
+def fmt_number(v):
+    from .fx import fmt_number as f
+    return f(float(v))
+
+
+def _attention_scores(conv, e, b, q, k, L, S, E, scale):
+    """scores = Q K^T * scale, masked (attn_mask: bool keeps / float adds;
+    is_causal: top-left aligned lower triangle), in f32 or f64."""
+    kt = e.op("aten.transpose", [k], {"dim0": -2, "dim1": -1})
+    s = e.op("aten.matmul", [q, kt])
+    s = e.op("aten.mul", [s, fmt_number(scale)])
+    mask = b.get("attn_mask")
+    if mask is not None:
+        mt = _shape(conv, mask)[0]
+        m = conv.operand(mask, "attention")
+        s = e.op("aten.where", [m, s, "-inf"]) if mt == torch.bool else e.op("aten.add", [s, m])
+    if b.get("is_causal"):
+        rows = e.op("aten.arange", [], {"end": L, "dtype": torch.int64})
+        cols = e.op("aten.arange", [], {"end": S, "dtype": torch.int64})
+        r2 = e.op("aten.unsqueeze", [rows], {"dim": 1})
+        keep = e.op("aten.le", [cols, r2])
+        s = e.op("aten.where", [keep, s, "-inf"])
+    return s
+
+
+def _qkv(conv, b, what):
+    from .fx import UnsupportedOp
+    if b.get("dropout_p", 0.0):
+        raise UnsupportedOp(["%s with dropout_p > 0" % what])
+    qt, qs = _shape(conv, b["query"])
+    kt_, ks = _shape(conv, b["key"])
+    if qt not in (torch.float32, torch.float64) or len(qs) != 4 or len(ks) != 4:
+        raise UnsupportedOp(["%s of %s rank-%d tensors (fusejit: f32/f64, rank 4)" % (what, qt, len(qs))])
+    B, H, L, E = qs
+    Hk, S = ks[1], ks[2]
+    if H % Hk:
+        raise UnsupportedOp(["%s with %d query heads over %d key heads" % (what, H, Hk)])
+    scale = b.get("scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(E)
+    return qs, Hk, S, scale
+
+
+def _expand_heads(e, x, B, Hk, G, S, E):
+    """[B,Hk,S,E] -> [B,Hk*G,S,E], each key head repeated for its G query heads (GQA)."""
+    if G == 1:
+        return x
+    u = e.op("aten.unsqueeze", [x], {"dim": 2})
+    x = e.op("aten.expand", [u], {"size": [B, Hk, G, S, E]})
+    return e.op("aten.reshape", [x], {"shape": [B, Hk * G, S, E]})
+
+
+def _sum_heads(e, x, B, Hk, G, S, E, out):
+    if G == 1:
+        return e.op("aten.clone", [x], out=out)
+    x = e.op("aten.reshape", [x], {"shape": [B, Hk, G, S, E]})
+    return e.op("aten.sum", [x], {"dims": [2]}, out=out)
+
+
+def sdpa_flash_cpu(conv, n, b):
+    (B, H, L, E), Hk, S, scale = _qkv(conv, b, "attention")
+    G = H // Hk
+    e = _Emit(conv, n)
+    q = conv.operand(b["query"], "attention")
+    k = _expand_heads(e, conv.operand(b["key"], "attention"), B, Hk, G, S, E)
+    v = _expand_heads(e, conv.operand(b["value"], "attention"), B, Hk, G, S, E)
+    s = _attention_scores(conv, e, b, q, k, L, S, E, scale)
+    lse = e.op("aten.logsumexp", [s], {"dims": [-1]}, out="%%%s.1" % n.name)
+    l4 = e.op("aten.unsqueeze", [lse], {"dim": -1})
+    p = e.op("aten.exp", [e.op("aten.sub", [s, l4])])
+    out = e.op("aten.matmul", [p, v], out="%%%s.0" % n.name)
+    conv.names[n] = [out, lse]
+    return e.lines
+
+
+def sdpa_flash_cpu_backward(conv, n, b):
+    (B, H, L, E), Hk, S, scale = _qkv(conv, b, "attention backward")
+    G = H // Hk
+    e = _Emit(conv, n)
+    q = conv.operand(b["query"], "attention")
+    k = _expand_heads(e, conv.operand(b["key"], "attention"), B, Hk, G, S, E)
+    v = _expand_heads(e, conv.operand(b["value"], "attention"), B, Hk, G, S, E)
+    go = conv.operand(b["grad_out"], "attention")
+    o = conv.operand(b["out"], "attention")
+    lse = conv.operand(b["logsumexp"], "attention")
+    s = _attention_scores(conv, e, b, q, k, L, S, E, scale)
+    p = e.op("aten.exp", [e.op("aten.sub", [s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
+    pt = e.op("aten.transpose", [p], {"dim0": -2, "dim1": -1})
+    dv = e.op("aten.matmul", [pt, go])
+    vt = e.op("aten.transpose", [v], {"dim0": -2, "dim1": -1})
+    dp = e.op("aten.matmul", [go, vt])
+    dd = e.op("aten.sum", [e.op("aten.mul", [go, o])], {"dims": [-1], "keepdim": True})
+    ds = e.op("aten.mul", [p, e.op("aten.sub", [dp, dd])])
+    ds = e.op("aten.mul", [ds, fmt_number(scale)])
+    dq = e.op("aten.matmul", [ds, k], out="%%%s.0" % n.name)
+    dst = e.op("aten.transpose", [ds], {"dim0": -2, "dim1": -1})
+    dk = _sum_heads(e, e.op("aten.matmul", [dst, q]), B, Hk, G, S, E, "%%%s.1" % n.name)
+    dv = _sum_heads(e, dv, B, Hk, G, S, E, "%%%s.2" % n.name)
+    conv.names[n] = [dq, dk, dv]
+    return e.lines
+
+
+def _filled(value):
+    def rule(conv, n, b):
+        from .fx import UnsupportedOp, meta_type
+        t = meta_type(n)
+        if t is None:
+            raise UnsupportedOp(["a fill of unknown shape"])
+        v = b.get("fill_value", value)
+        if isinstance(v, torch.fx.Node):
+            raise UnsupportedOp(["a fill with a tensor value"])
+        e = _Emit(conv, n)
+        conv.names[n] = e.op("aten.full", [], {"shape": list(t[1]), "value": v, "dtype": t[0]}, out="%" + n.name)
+        return e.lines
+    return rule
+
+
+RULES = {
+    "zeros": _filled(0), "ones": _filled(1), "empty": _filled(0), "full": _filled(None),
+    "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),
+    "select": select, "select_backward": select_backward, "lift_fresh_copy": lift_fresh_copy,
+    "split": split, "split_with_sizes": split_with_sizes, "unbind": unbind, "cat": cat,
+    "_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_cpu,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_cpu_backward,
+}
