@@ -9,6 +9,11 @@ pkgs=(gcc make cmake pkg-config python3 llvm-19-dev llvm-19-tools check libzstd-
 if [ "${FJ_NO_TORCH:-0}" != 1 ]; then
   pkgs+=(python3-numpy python3-pytest python3-torch)
 fi
+# The Halide peer of bench/peers/run.py (benchmark only: two packages, ~28 MB,
+# plus libllvm14 where it is missing; FJ_NO_HALIDE=1 skips it).
+if [ "${FJ_NO_HALIDE:-0}" != 1 ]; then
+  pkgs+=(python3-halide)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

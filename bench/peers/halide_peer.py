@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""halide_peer.py NAMES REPS THREADS: Halide JIT (Debian's python3-halide) versions of
-the pointwise and row-normalization forwards of bench/graphs at [8192,4096] f32:
-rows parallel, 16-lane vectors, each row's reductions computed at the row.
-Prints "name median_ms" per function it has; exits 1 when Halide is missing."""
+"""halide_peer.py: the Halide peer of bench/peers/run.py, a worker speaking its
+protocol (run.serve: one JSON request a line on stdin, one answer a line on
+stdout). Halide JIT (Debian's python3-halide: apt-get install python3-halide,
+or scripts/install-deps.sh) versions of the pointwise and row-normalization
+forwards of bench/graphs at [8192,4096] f32: rows parallel, 16-lane vectors,
+each row's reductions computed at the row, into a preallocated output. No
+training (the other graphs and every train pass answer "skip"). Threads:
+HL_NUM_THREADS (run.py sets it to PEER_THREADS)."""
 import os
-import statistics
 import sys
-import time
 
-names, reps, threads = sys.argv[1].split(","), int(sys.argv[2]), sys.argv[3]
-os.environ["HL_NUM_THREADS"] = threads
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import Skip, serve  # noqa: E402  (sets HL_NUM_THREADS first)
 import halide as hl  # noqa: E402
 
 N, D = 8192, 4096
@@ -37,8 +39,13 @@ def pointwise(fn):
     return out, [D, N]
 
 
+def tanh(v):
+    # Halide 14's hl.tanh does not vectorize (~30x slower on gelu): exp does
+    return f32(1) - f32(2) / (hl.exp(f32(2) * v) + f32(1))
+
+
 def gelu(v):
-    return f32(0.5) * v * (f32(1) + hl.tanh(f32(0.7978845608028654) * (v + f32(0.044715) * v * v * v)))
+    return f32(0.5) * v * (f32(1) + tanh(f32(0.7978845608028654) * (v + f32(0.044715) * v * v * v)))
 
 
 def silu(v):
@@ -50,15 +57,15 @@ def sigmoid(v):
 
 
 def chain(v):
-    return hl.sin((sigmoid(hl.log(f32(1) + hl.exp(hl.tanh(v * f32(2) + f32(1)) * v))) - f32(0.5)) * v)
+    return hl.sin((sigmoid(hl.log(f32(1) + hl.exp(tanh(v * f32(2) + f32(1)) * v))) - f32(0.5)) * v)
 
 
 def rowwise(kind):
     b = inbuf(1)
     w, bias = hl.Buffer(hl.Float(32), [D]), hl.Buffer(hl.Float(32), [D])
-    for buf in (w, bias):
-        g = hl.Func()
-        g[x] = f32(1)
+    for seed, buf in ((2, w), (3, bias)):
+        g = hl.Func("gen%d" % seed)
+        g[x] = hl.sin(hl.cast(hl.Float(32), x * 7 + seed))  # in [-1, 1]
         g.realize(buf)
     r = hl.RDom([hl.Range(0, D)])
     out = hl.Func("out")
@@ -98,18 +105,19 @@ BUILD = {
     "layer_norm": lambda: rowwise("layer_norm"), "rms_norm": lambda: rowwise("rms_norm"),
 }
 
-for name in names:
+
+def build(peer, name, ps):
+    if peer != "halide":
+        raise Skip("not the halide peer")
+    if ps != "fwd":
+        raise Skip("no training in the Halide peer")
     if name not in BUILD:
-        continue
+        raise Skip("no Halide version of %s" % name)
     out, shape = BUILD[name]()
-    t = hl.get_jit_target_from_environment()
-    out.compile_jit(t)
+    out.compile_jit(hl.get_jit_target_from_environment())
     ob = hl.Buffer(hl.Float(32), shape)
-    out.realize(ob)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out.realize(ob)
-        ts.append((time.perf_counter() - t0) * 1e3)
-    print(name, "%.4f" % statistics.median(ts))
-    sys.stdout.flush()
+    return (lambda: out.realize(ob)), (lambda r: r)
+
+
+if __name__ == "__main__":
+    serve(build)
