@@ -73,6 +73,7 @@ struct fj_program {
 	fj_rt_executor rex;   /* nvptx: the shape checker's executor */
 	fj_nvptx_emu *emu;    /* nvptx on the host emulator (a testing aid), else NULL: CUDA */
 	bool training;
+	int threads;          /* host: at most this many threads (0: all) */
 	pthread_mutex_t lock; /* guards the instance pools */
 	pthread_mutex_t emu_lock; /* the emulator: one run at a time (its kernels' shared memory is global) */
 	part main;            /* inference: the graph; training: the forward */
@@ -306,6 +307,8 @@ static fj_status new_inst(fj_program *p, part *pt, inst **out)
 	size_t nb = (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims;
 	i->bdims = fj_alloc(ctx, nb);
 	fj_status st = i->bdims ? fj_rt_program_create(ctx, pt->g, p->rex, &i->rt) : oom(ctx);
+	if (st == FJ_OK)
+		fj_rt_program_set_threads(i->rt, p->threads);
 	if (st == FJ_OK && p->ex == FJ_EXECUTOR_NVPTX)
 		st = create_nv(p, pt->g, &i->nv);
 	if (st != FJ_OK) {
@@ -336,6 +339,8 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 			return fj_api_arg_error(ctx, "fj_compile", "options not initialised (fj_compile_options_init)");
 		memcpy(&opts, o, o->struct_size < sizeof opts ? o->struct_size : sizeof opts);
 	}
+	if (opts.threads < 0)
+		return fj_api_arg_error(ctx, "fj_compile", "threads must be 0 (all cores) or positive");
 	fj_rt_executor rex;
 	fj_executor ex = opts.executor;
 	switch (ex) {
@@ -389,6 +394,7 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	p->rex = rex;
 	p->emu = emu;
 	p->training = opts.training != 0;
+	p->threads = opts.threads;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->emu_lock, NULL);
 	fj_buf b;

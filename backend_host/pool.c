@@ -14,7 +14,12 @@
  * runs its job on its own thread, so nesting never deadlocks.
  *
  * The result is the non-zero value returned by the lowest-numbered failing
- * chunk (deterministic), or 0. */
+ * chunk (deterministic), or 0.
+ *
+ * Fork: a child process inherits the pool but none of its workers (and maybe
+ * a lock another thread held at the fork), so a pool created by another
+ * process is never used: the child runs every job on the calling thread
+ * (DataLoader workers keep working; they run single-threaded). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -31,6 +36,7 @@ typedef struct fj_host_pool {
 	fj_context *ctx;
 	int nthreads;           /* cores, the caller included */
 	int nworkers;           /* threads started (nthreads - 1) */
+	pid_t pid;              /* the process whose threads they are */
 	pthread_t *workers;
 	pthread_mutex_t busy;   /* held by the caller running a job */
 	pthread_mutex_t lock;   /* guards the fields below */
@@ -124,6 +130,8 @@ static void *worker_main(void *varg)
 static void pool_destroy(fj_context *ctx, void *vp)
 {
 	fj_host_pool *p = vp;
+	if (p->pid != getpid())
+		return; /* a forked child's copy: its workers are the parent's */
 	pthread_mutex_lock(&p->lock);
 	p->shutdown = true;
 	pthread_cond_broadcast(&p->wake);
@@ -145,6 +153,7 @@ static fj_status pool_create(fj_context *ctx, void **out)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory creating the thread pool");
 	memset(p, 0, sizeof *p);
 	p->ctx = ctx;
+	p->pid = getpid();
 	p->nthreads = detect_cores();
 	p->workers = fj_alloc(ctx, (size_t)(p->nthreads > 1 ? p->nthreads - 1 : 1) * sizeof *p->workers);
 	if (!p->workers) {
@@ -183,7 +192,7 @@ static fj_host_pool *get_pool(fj_context *ctx)
 int fj_host_thread_count(fj_context *ctx)
 {
 	fj_host_pool *p = get_pool(ctx);
-	return p ? p->nworkers + 1 : 1;
+	return p && p->pid == getpid() ? p->nworkers + 1 : 1;
 }
 
 int32_t fj_host_parallel_for(fj_context *ctx, int threads, int64_t extent, int64_t grain,
@@ -196,8 +205,8 @@ int32_t fj_host_parallel_for(fj_context *ctx, int threads, int64_t extent, int64
 	if (threads <= 1 || extent <= grain)
 		return fn(arg, 0, extent);
 	fj_host_pool *p = get_pool(ctx);
-	if (!p || p->nworkers == 0 || pthread_mutex_trylock(&p->busy) != 0)
-		return fn(arg, 0, extent); /* no pool, or busy: run here */
+	if (!p || p->nworkers == 0 || p->pid != getpid() || pthread_mutex_trylock(&p->busy) != 0)
+		return fn(arg, 0, extent); /* no pool, a forked child's, or busy: run here */
 	if (threads > p->nworkers + 1)
 		threads = p->nworkers + 1;
 	int64_t maxchunks = (int64_t)threads * 4;

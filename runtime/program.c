@@ -358,6 +358,14 @@ uint32_t fj_rt_program_compiled(const fj_rt_program *p) { return p->compiled; }
 const fj_graph *fj_rt_program_graph(const fj_rt_program *p) { return p->g; }
 int fj_rt_program_threads(const fj_rt_program *p) { return p->threads; }
 
+void fj_rt_program_set_threads(fj_rt_program *p, int n)
+{
+	if (p->ex != FJ_RT_EXEC_HOST)
+		return;
+	int all = fj_host_thread_count(p->ctx);
+	p->threads = n > 0 && n < all ? n : all;
+}
+
 const int64_t *fj_rt_program_value_dims(const fj_rt_program *p, fj_vid v)
 {
 	return &p->vdims[(size_t)v * FJ_MAX_RANK];

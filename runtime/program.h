@@ -44,6 +44,9 @@ typedef struct fj_rt_dimarg {
 /* Compiles g for the executor. g must be verified and must outlive the program. */
 fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_executor ex, fj_rt_program **out);
 void fj_rt_program_destroy(fj_rt_program *p);
+/* Host executor: run on at most n threads (n > 0; at most the pool's); 0:
+ * all of the pool's. No effect on other executors. */
+void fj_rt_program_set_threads(fj_rt_program *p, int n);
 /* Kernels compiled by fj_rt_program_create (cache misses). */
 uint32_t fj_rt_program_compiled(const fj_rt_program *p);
 const fj_graph *fj_rt_program_graph(const fj_rt_program *p);

@@ -334,7 +334,8 @@ typedef struct fj_compile_options {
 	                          else "sm_80", "sm_86", "sm_89", "sm_90" or "sm_90a", which must be
 	                          that one (FJ_ERR_UNSUPPORTED otherwise); ignored by other executors */
 	int training;          /* nonzero: autodiff + partition; run with fj_program_forward/_backward */
-	int threads;           /* host executor threads; 0: all cores (FUSEJIT_THREADS) */
+	int threads;           /* host executor: run on at most this many threads (at most the
+	                          context's pool: all cores, or FUSEJIT_THREADS); 0: all of them */
 } fj_compile_options;
 
 FJ_API void fj_compile_options_init(fj_compile_options *o);

@@ -83,7 +83,9 @@ class Context:
         self._check(self._lib.fj_module_parse_file(self._ptr, str(path).encode(), ctypes.byref(m)))
         return Module(self, m.value)
 
-    def compile(self, module, executor="auto", graph=None, pipeline=None, target=None, training=False):
+    def compile(self, module, executor="auto", graph=None, pipeline=None, target=None, training=False,
+                threads=0):
+        """threads: the host executor runs on at most this many threads (0: all cores)."""
         if isinstance(module, str):
             module = self.parse(module)
         o = _lib.CompileOptions()
@@ -95,6 +97,7 @@ class Context:
         o.pipeline = pipeline.encode() if pipeline is not None else None
         o.target = target.encode() if target else None
         o.training = 1 if training else 0
+        o.threads = int(threads)
         p = ctypes.c_void_p()
         self._check(self._lib.fj_compile(self._ptr, module._ptr, ctypes.byref(o), ctypes.byref(p)))
         return Program(self, p.value, module)

@@ -35,6 +35,7 @@ class CompileOptions(ctypes.Structure):
         ("pipeline", ctypes.c_char_p),
         ("target", ctypes.c_char_p),
         ("training", ctypes.c_int),
+        ("threads", ctypes.c_int),
     ]
 
 

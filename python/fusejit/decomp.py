@@ -264,7 +264,67 @@ def _filled(value):
     return rule
 
 
+def native_dropout_backward(conv, n, b):
+    g = conv.operand(b["grad_output"], "aten.native_dropout_backward")
+    dt, _ = _shape(conv, b["grad_output"])
+    e = _Emit(conv, n)
+    m = e.op("aten._to_copy", [conv.operand(b["mask"], "aten.native_dropout_backward")], {"dtype": dt})
+    conv.names[n] = e.op("aten.mul", [e.op("aten.mul", [g, m]), fmt_number(b["scale"])], out="%" + n.name)
+    return e.lines
+
+
+# ---- dropout with fusejit's Philox stream ----
+
+def dropout_with_seed(x, p, train, seed):
+    """native_dropout whose mask fusejit draws from Philox keyed by `seed` (an i64
+    tensor PyTorch's generator drew, so torch.manual_seed makes runs repeat); this
+    eager form, run when the node stays in PyTorch, draws from PyTorch's own RNG."""
+    return torch.ops.aten.native_dropout.default(x, p, train)
+
+
+dropout_with_seed.fusejit_op = "aten.native_dropout"
+
+
+def seed_dropouts(gm):
+    """Gives every train-mode aten.native_dropout of gm a seed drawn by PyTorch's
+    generator at each call (aten.randint, which stays in PyTorch), so that fusejit
+    can run the dropout itself (IR.md: native_dropout(x, seed, offset))."""
+    g = gm.graph
+    changed = False
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target is not torch.ops.aten.native_dropout.default:
+            continue
+        args = list(n.args) + [None] * (3 - len(n.args))
+        x, p, train = args[0], n.kwargs.get("p", args[1]), n.kwargs.get("train", args[2])
+        with g.inserting_before(n):
+            seed = g.call_function(torch.ops.aten.randint.low, (0, 1 << 62, []), {"dtype": torch.int64})
+            seed.meta["val"] = torch.empty((), dtype=torch.int64)
+            seed.meta["fusejit_aux"] = True  # the bridge's own node: not the model's, not reported
+            new = g.call_function(dropout_with_seed, (x, p, True if train is None else train, seed))
+        new.meta = dict(n.meta)
+        n.replace_all_uses_with(new)
+        g.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def dropout_rule(conv, n, b):
+    x = conv.operand(b["x"], "aten.native_dropout")
+    seed = conv.operand(b["seed"], "aten.native_dropout")
+    e = _Emit(conv, n)
+    off = e.op("aten.full", [], {"shape": [], "value": 0, "dtype": torch.int64})
+    out = "%%%s.0, %%%s.1" % (n.name, n.name)
+    e.op("aten.native_dropout", [x, seed, off], {"p": float(b["p"]), "train": bool(b["train"])}, out=out)
+    conv.names[n] = ["%%%s.0" % n.name, "%%%s.1" % n.name]
+    return e.lines
+
+
+FUNCTIONS = {dropout_with_seed: dropout_rule}
+
 RULES = {
+    "native_dropout_backward": native_dropout_backward,
     "zeros": _filled(0), "ones": _filled(1), "empty": _filled(0), "full": _filled(None),
     "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),
     "select": select, "select_backward": select_backward, "lift_fresh_copy": lift_fresh_copy,

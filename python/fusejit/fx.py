@@ -69,9 +69,48 @@ def fmt_attr(v):
         return "[" + ", ".join(fmt_attr(x) for x in v) + "]"
     if isinstance(v, (bool, int, float)):
         return fmt_number(v)
+    if isinstance(v, getattr(torch, "SymInt", ())):
+        return dim_text(v)
+    if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), getattr(torch, "SymInt", ())):
+        return dim_text(v.meta["val"])  # a size computed in the graph (sym_size): its expression
     if hasattr(v, "node") or type(v).__name__ in ("SymInt", "SymFloat"):
-        raise UnsupportedOp(["symbolic size %s" % v])
+        raise UnsupportedOp(["symbolic value %s" % v])
     raise UnsupportedOp(["attribute value %r" % (v,)])
+
+
+def is_size_node(v):
+    """A node that computes a size (sym_size, size arithmetic): a dim expression, not an operand."""
+    return isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), getattr(torch, "SymInt", ()))
+
+
+def sym_expr(s):
+    """The sympy expression of a SymInt (its value, not a guard), or None for an int."""
+    if isinstance(s, int):
+        return None
+    return s.node.expr
+
+
+def dim_text(s):
+    """A size as IR.md writes it: 4096, s0, s0*s1*4. A sum, difference or
+    division of sizes (s0 + 1) is not in fusejit's dim grammar yet."""
+    if isinstance(s, int):
+        return str(s)
+    e = sym_expr(s)
+    if e.is_Integer:
+        return str(int(e))
+    terms = e.args if e.is_Mul else (e,)
+    syms, coef = [], 1
+    for t in terms:
+        if t.is_Symbol:
+            syms.append(str(t))
+        elif t.is_Integer and int(t) > 0:
+            coef *= int(t)
+        elif t.is_Pow and t.base.is_Symbol and t.exp.is_Integer and int(t.exp) > 0:
+            syms.extend([str(t.base)] * int(t.exp))
+        else:
+            raise UnsupportedOp(["a size %s (sums, differences and divisions of sizes are not in fusejit's "
+                                 "dim grammar yet)" % e])
+    return "*".join(sorted(syms) + ([str(coef)] if coef != 1 or not syms else []))
 
 
 def meta_type(node):
@@ -79,10 +118,10 @@ def meta_type(node):
     m = node.meta
     v = m.get("val", None)
     if v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):
-        return v.dtype, tuple(int(s) for s in v.shape)
+        return v.dtype, tuple(s if isinstance(s, int) else s for s in v.shape)
     tm = m.get("tensor_meta", None)
     if tm is not None and hasattr(tm, "shape"):
-        return tm.dtype, tuple(int(s) for s in tm.shape)
+        return tm.dtype, tuple(s for s in tm.shape)
     return None
 
 
@@ -105,7 +144,7 @@ def meta_stride(node):
     v = node.meta.get("val", node.meta.get("tensor_meta", None))
     try:
         st = v.stride() if callable(getattr(v, "stride", None)) else getattr(v, "stride", None)
-        return tuple(int(x) for x in st) if st is not None else None
+        return tuple(st) if st is not None else None
     except (TypeError, ValueError):
         return None
 
@@ -121,7 +160,7 @@ def meta_device(node):
 
 
 def fmt_type(dtype, shape):
-    return "%s[%s]" % (DTYPES[dtype], ",".join(str(s) for s in shape))
+    return "%s[%s]" % (DTYPES[dtype], ",".join(dim_text(s) for s in shape))
 
 
 def _ir_name(n):
@@ -171,7 +210,8 @@ class Converter:
                 src, idx = n.args
                 self.names[n] = self.names[src][idx] if isinstance(self.names.get(src), list) else None
                 continue
-            if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            if n.op != "call_function" or not (isinstance(n.target, torch._ops.OpOverload) or
+                                                n.target in _decomp.FUNCTIONS):
                 unsupported.append("%s %s" % (n.op, getattr(n.target, "__name__", n.target)))
                 self.failed.add(n)
                 continue
@@ -215,7 +255,7 @@ class Converter:
             return "a module call (%s)" % n.target
         if n.op != "call_function":
             return "not an ATen call (%s)" % n.op
-        if not isinstance(n.target, torch._ops.OpOverload):
+        if not isinstance(n.target, torch._ops.OpOverload) and n.target not in _decomp.FUNCTIONS:
             return "not an ATen op (%s)" % getattr(n.target, "__name__", n.target)
         v = n.meta.get("val", n.meta.get("tensor_meta", None))
         vals = [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else v
@@ -226,8 +266,11 @@ class Converter:
                 return "its result is not a tensor (%s)" % type(x).__name__
             if x.dtype not in DTYPES:
                 return "dtype %s (fusejit has %s)" % (str(x.dtype).replace("torch.", ""), ", ".join(DTYPES.values()))
-            if any(not isinstance(s, int) for s in x.shape):
-                return "a symbolic size (dynamic shapes)"
+            try:
+                for d in x.shape:
+                    dim_text(d)
+            except UnsupportedOp as e:
+                return "; ".join(e.ops)
         for o in n.all_input_nodes:
             t = node_type(gm, o)
             if t is not None and t[0] not in DTYPES:
@@ -262,6 +305,10 @@ class Converter:
         raise UnsupportedOp(["%s: operand %r" % (what, v)])
 
     def node(self, n):
+        if n.target in _decomp.FUNCTIONS:
+            import inspect
+            b = inspect.signature(n.target).bind(*n.args, **n.kwargs).arguments
+            return _decomp.FUNCTIONS[n.target](self, n, b)
         schema = n.target._schema
         base = schema.name.split("::")[-1]
         ns = schema.name.split("::")[0]
@@ -318,7 +365,7 @@ class Converter:
             if target in attrs:
                 if v is None:
                     continue
-                if isinstance(v, torch.fx.Node):
+                if isinstance(v, torch.fx.Node) and not is_size_node(v):
                     raise UnsupportedOp(["%s: a tensor for attribute %s" % (op, target)])
                 out_attrs.append((target, v))
             elif aname in DROP or v is None:

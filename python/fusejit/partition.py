@@ -39,7 +39,7 @@ def op_name(n):
     if isinstance(t, torch._ops.OpOverload):
         s = t._schema.name
         return s.replace("::", ".")
-    return getattr(t, "__name__", str(t))
+    return getattr(t, "fusejit_op", None) or getattr(t, "__name__", str(t))
 
 
 def is_view(n):
@@ -156,6 +156,8 @@ def boundary(region, graph):
     inputs, seen = [], set()
     for n in region:
         for o in n.all_input_nodes:
+            if isinstance(o.meta.get("val"), getattr(torch, "SymInt", ())):
+                continue  # a size: written into the region's text as its expression
             if o not in inside and o not in seen:
                 seen.add(o)
                 inputs.append(o)

@@ -27,6 +27,7 @@ import threading
 import torch
 
 from . import Context, FusejitError, _lib
+from . import decomp as _decomp
 from . import fx as _fx
 from . import partition as _part
 
@@ -75,10 +76,11 @@ class TensorCall:
     (dtype, shape[, strides or None]) each, on `device`) and written by fusejit.
     Returns a list."""
 
-    def __init__(self, prog, out_types, device="cpu", name="fusejit_program"):
+    def __init__(self, prog, out_types, device="cpu", name="fusejit_program", in_shapes=None):
         self.prog, self.out_types, self.device = prog, list(out_types), torch.device(device)
         self._lib = prog.ctx._lib
         self.__name__ = name  # torch.fx names call_function targets
+        self._sizes = _SizeFn(in_shapes or [], self.out_types)
 
     def __call__(self, *args):
         L = self._lib
@@ -90,13 +92,53 @@ class TensorCall:
                 a = torch.as_tensor(a)
             keep.append(a)
             _desc(a, ins[i], keep)
-        outs = [torch.empty(t[1], dtype=t[0], device=self.device) if len(t) < 3 or t[2] is None else
-                torch.empty_strided(t[1], t[2], dtype=t[0], device=self.device) for t in self.out_types]
+        outs = [torch.empty(shape, dtype=t[0], device=self.device) if stride is None else
+                torch.empty_strided(shape, stride, dtype=t[0], device=self.device)
+                for t, (shape, stride) in zip(self.out_types, self._sizes(args))]
         od = (_lib.Tensor * max(m, 1))()
         for i, o in enumerate(outs):
             _desc(o, od[i], keep)
         self.prog.ctx._check(L.fj_program_run(self.prog._ptr, ins, n, od, m))
         return outs
+
+
+class _SizeFn:
+    """The outputs' sizes and strides of a region for the inputs of one call.
+    Static ones are constants; a symbolic one (dynamic shapes: a product of
+    symbols such as s0*64) is evaluated from the symbols' values, read off the
+    input dims that are a plain symbol. Strides that are symbolic become the
+    dense ones."""
+
+    def __init__(self, in_shapes, out_types):
+        self.where = {}
+        for i, shape in enumerate(in_shapes):
+            for d, s in enumerate(shape):
+                e = _fx.sym_expr(s)
+                if e is not None and e.is_Symbol and str(e) not in self.where:
+                    self.where[str(e)] = (i, d)
+        self.plan = []
+        for t in out_types:
+            shape = [int(s) if _fx.sym_expr(s) is None else compile(str(_fx.sym_expr(s)), "<size>", "eval")
+                     for s in t[1]]
+            stride = t[2] if len(t) > 2 else None
+            if stride is not None and any(not isinstance(x, int) for x in stride):
+                stride = None
+            self.plan.append((shape, stride))
+        self.static = all(isinstance(x, int) for shape, _ in self.plan for x in shape)
+        for shape, _ in self.plan:
+            for x in shape:
+                if not isinstance(x, int):
+                    missing = [n for n in x.co_names if n not in self.where]
+                    if missing:
+                        raise _fx.UnsupportedOp(["an output size of %s, which no input dim gives" %
+                                                 ", ".join(missing)])
+
+    def __call__(self, args):
+        if self.static:
+            return self.plan
+        env = {name: args[i].shape[d] for name, (i, d) in self.where.items()}
+        return [([x if isinstance(x, int) else eval(x, {}, env) for x in shape], stride)
+                for shape, stride in self.plan]
 
 
 def _boxed(fn):
@@ -160,6 +202,7 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     callable(*tensors) -> list (None kept where the graph returns None)."""
     ctx = context()
     _fx.ensure_meta(gm, example_inputs)
+    _decomp.seed_dropouts(gm)
     conv = _fx.Converter(ctx)
     device = EXECUTOR_DEVICE.get(executor)
     if device is None:
@@ -173,9 +216,14 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     rep = Report(name)
     compiled = {}
 
+    def reported(n):  # the graph's tensor ops: not size arithmetic, not the bridge's helpers (a dropout's seed)
+        return (n.op == "call_function" and not _part.is_getitem(n) and not n.meta.get("fusejit_aux")
+                and not _fx.is_size_node(n))
+
     def make_call(region, inputs, outputs):
         return compiled[id(region[0])]
 
+    progs = {}  # text -> program: a retry recompiles only the regions that changed
     for attempt in range(64):
         regions = _part.propose(gm.graph, lambda n: n not in reasons)
         compiled.clear()
@@ -184,7 +232,12 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
             inputs, outputs = _part.boundary(region, gm.graph)
             try:
                 text = conv.convert(gm, name="%s_r%d" % (name, k), params=inputs, results=outputs, nodes=region)
-                prog = ctx.compile(text, executor=executor)
+                prog = progs.get(text) or ctx.compile(text, executor=executor, threads=_threads())
+                progs[text] = prog
+                # outputs take the strides PyTorch gave them (a view after the region may rely on them)
+                types = [_fx.node_type(gm, o) + (_fx.meta_stride(o),) for o in outputs]
+                compiled[id(region[0])] = TensorCall(prog, types, device, "fusejit_%s_r%d" % (name, k),
+                                                     [_fx.node_type(gm, i)[1] for i in inputs])
             except _fx.UnsupportedOp as e:  # a node the converter refused after all
                 bad = [n for n in region if n.op == "call_function" and not _part.is_getitem(n)
                        and conv.support(gm, n, device) is not None] or region
@@ -201,24 +254,21 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
                     reasons[n] = "fusejit refused it: " + msg
                 failed = True
                 break
-            # outputs take the strides PyTorch gave them (a view after the region may rely on them)
-            types = [_fx.node_type(gm, o) + (_fx.meta_stride(o),) for o in outputs]
-            compiled[id(region[0])] = TensorCall(prog, types, device,
-                                                 "fusejit_%s_r%d" % (name, k))
         if not failed:
             break
-    else:
+    else:  # every retry refused another node: leave the graph to PyTorch
+        for n in gm.graph.nodes:
+            reasons.setdefault(n, "fusejit refused 64 of this graph's nodes; the rest stays in PyTorch too")
         regions = []
     new = _part.rebuild(gm, regions, make_call)
     for region in regions:
-        rep.regions.append([_part.op_name(n) for n in region if not _part.is_getitem(n)])
+        rep.regions.append([_part.op_name(n) for n in region if reported(n)])
     for n in gm.graph.nodes:
-        if n.op == "call_function" and not _part.is_getitem(n):
-            rep.counted += 1
+        rep.counted += reported(n)
     rep.fused = sum(len(r) for r in rep.regions)
     in_region = {n for r in regions for n in r}
     for n in gm.graph.nodes:
-        if n.op == "call_function" and not _part.is_getitem(n) and n not in in_region:
+        if reported(n) and n not in in_region:
             why = reasons.get(n, "a region too small to gain from a kernel (views only)")
             rep.fallback.append((n.name, _part.op_name(n), why))
     _record(rep)
@@ -234,6 +284,13 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     return call
 
 
+def _threads():
+    """fusejit's host threads follow torch.get_num_threads(), so that the two never
+    oversubscribe the cores (FUSEJIT_THREADS, where set, sizes fusejit's pool)."""
+    return max(1, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=None)
 def _auto_is_nvptx():
     """Whether executor "auto" picks nvptx here (a CUDA driver and a GPU)."""
     try:
@@ -317,8 +374,8 @@ def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
                                       graph_attrs={"num_fwd_outputs": K})
     m = ctx.parse(text, "aot_joint.fj")
     m.run_pipeline(TRAIN_PIPELINE)
-    fw = ctx.compile(m, executor=executor, graph="f.fw", pipeline="verify")
-    bw = ctx.compile(m, executor=executor, graph="f.bw", pipeline="verify")
+    fw = ctx.compile(m, executor=executor, graph="f.fw", pipeline="verify", threads=_threads())
+    bw = ctx.compile(m, executor=executor, graph="f.bw", pipeline="verify", threads=_threads())
     nsaved = len(fw.info["output"]) - K
     fw_call = TensorCall(fw, _out_types(fw), device)
     pos, k = [], 0

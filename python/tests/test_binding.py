@@ -95,3 +95,39 @@ def test_threads():
     for t in ts:
         t.join()
     assert not errs
+
+
+def test_fork_after_use_keeps_working_in_parent_and_child():
+    # DataLoader workers fork a process that already ran fusejit on its thread pool
+    import os
+    ctx = fusejit.Context()
+    p = ctx.compile(TEXT, executor="host")
+    x = np.random.default_rng(0).standard_normal((1 << 20, 4)).astype(np.float32)
+    w = np.array([1, -2, 0.5, 3], np.float32)
+    ref = np.tanh(x * w)
+    np.testing.assert_allclose(p.run(x, w)[0], ref, rtol=1e-6, atol=1e-6)
+    pid = os.fork()
+    if pid == 0:  # the child: the compiled program, and a new compile
+        code = 1
+        try:
+            y, _ = p.run(x, w)
+            q = ctx.compile(TEXT.replace("aten.tanh", "aten.sigmoid"), executor="host", threads=2)
+            z, _ = q.run(x, w)
+            ok = np.allclose(y, ref, atol=1e-6) and np.allclose(z, 1 / (1 + np.exp(-x * w)), atol=1e-6)
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    np.testing.assert_allclose(p.run(x, w)[0], ref, rtol=1e-6, atol=1e-6)
+
+
+def test_threads_option():
+    ctx = fusejit.Context()
+    x = np.ones((64, 4), np.float32)
+    w = np.ones(4, np.float32)
+    for t in (1, 2, 64):
+        y, _ = ctx.compile(TEXT, executor="host", threads=t).run(x, w)
+        np.testing.assert_allclose(y, np.tanh(1.0) * np.ones((64, 4)), rtol=1e-6)
+    with pytest.raises(fusejit.FusejitError, match="threads"):
+        ctx.compile(TEXT, executor="host", threads=-1)

@@ -241,3 +241,68 @@ def test_select_split_unbind_chunk():
     check(lambda x: torch.stack([p.exp() for p in x.unbind(0)]).sum(0) if hasattr(torch, "stack") else x,
           rnd(3, 4))
     check(lambda x: x.chunk(3, dim=-1)[1].tanh() * x.split([1, 4], dim=1)[0], rnd(2, 5))
+
+
+def test_dropout_runs_in_fusejit_with_its_statistics():
+    # train-mode dropout through fusejit's Philox stream, seeded from PyTorch's generator
+    p = 0.3
+    x = rnd(300, 100)
+    f = through_fusejit(lambda a: torch.nn.functional.dropout(torch.tanh(a), p, training=True) * 2.0)
+    torch.manual_seed(3)
+    y1 = f(x)
+    torch.manual_seed(3)
+    y2 = f(x)
+    y3 = f(x)
+    assert torch.equal(y1, y2), "the same seed gives the same mask"
+    assert not torch.equal(y2, y3), "the next call draws a new mask"
+    kept = (y1 != 0).float().mean().item()
+    assert abs(kept - (1 - p)) < 0.01, kept  # 30000 draws: sd 0.0026
+    ref = torch.tanh(x) * 2.0 / (1 - p)
+    keep = y1 != 0
+    torch.testing.assert_close(y1[keep], ref[keep])
+    y1.sum().backward()
+    torch.testing.assert_close(x.grad, keep.float() * 2.0 / (1 - p) * (1 - torch.tanh(x) ** 2))
+    if fjt.REGISTERED and FRONT == "torch.compile":
+        torch._dynamo.reset()
+        ex = fjt.explain(lambda a: torch.nn.functional.dropout(a, p, training=True), rnd(8, 8), executor=EX)
+        assert not ex.fallback, str(ex)
+
+
+@pytest.mark.skipif(not fjt.REGISTERED, reason="torch.compile needs PyTorch 2.x (dynamo)")
+def test_dynamic_shapes_one_program_for_every_size():
+    if FRONT != "torch.compile":
+        pytest.skip("dynamic shapes come through torch.compile")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 16))
+    from functorch.compile import nop
+    from torch._dynamo.backends.common import aot_autograd
+
+    def counted(backend):
+        n = [0]
+
+        def be(gm, ex):
+            n[0] += 1
+            return backend(gm, ex)
+        return be, n
+    ours, n_fj = counted(fjt._make_backend(EX))
+    ref, n_ref = counted(aot_autograd(fw_compiler=nop, bw_compiler=nop))
+    sink = []
+    fjt._reports.sink = sink
+    try:
+        for be in (ours, ref):
+            torch._dynamo.reset()
+            cm = torch.compile(model, backend=be, dynamic=True)
+            for B in (3, 5, 9):
+                for L in (4, 7, 11):
+                    x = torch.randn(B, L, 16, requires_grad=True)
+                    y = cm(x)
+                    if be is ours:
+                        torch.testing.assert_close(y, model(x), rtol=1e-4, atol=1e-5)
+                    y.sum().backward()
+    finally:
+        fjt._reports.sink = None
+    # fusejit adds no compile of its own: as many as PyTorch's no-op backend needs
+    # for these nine sizes, and every graph ran with symbolic sizes in fusejit
+    assert n_fj[0] == n_ref[0] <= 2, (n_fj[0], n_ref[0])
+    assert sink and all(not r.fallback for r in sink), sink
