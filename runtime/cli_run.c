@@ -18,6 +18,7 @@
 #include "backend_host/host.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
+#include "passes/reference.h"
 #include "runtime/cli.h"
 #include "runtime/npy.h"
 #include "runtime/program.h"
@@ -50,6 +51,12 @@ static const char usage_text[] =
 	"                          returned twice: DIR/out<i>.npy); nothing when the run fails\n"
 	"  --check=aten            also run on aten; print each output's relative L2 error and\n"
 	"                          fail above f32 1e-5, f16 1e-3, bf16 1e-2, f64 1e-12, ints exact\n"
+	"  --check=f64             also run aten on the graph computed in f64 (same inputs) and\n"
+	"                          twice more with its roundings perturbed by 2^-20; per output\n"
+	"                          err = ||out - ref|| / (||ref|| + scale), scale = the change\n"
+	"                          per unit of perturbation; fail above the tolerance of the\n"
+	"                          least precise rounding in it (f32 1e-5, f16 1e-2, bf16 5e-2,\n"
+	"                          f64 1e-12), ints exact; may be given with --check=aten\n"
 	"  --bench                 time the run (median after warm-up) against a memcpy of the\n"
 	"                          same bytes; print ms, GB/s, memcpy GB/s and memcpy_ratio\n"
 	"                          (env FUSEJIT_BENCH_REPS=N: exactly N timed runs)\n"
@@ -71,7 +78,7 @@ typedef struct run_opts {
 	const char *executor;
 	uint64_t seed;
 	const char *outdir;
-	bool check, json, bench, train;
+	bool check, check64, json, bench, train; /* check: --check=aten; check64: --check=f64 */
 	kv *inputs;
 	size_t ninputs;
 	fj_rt_dimarg *dims;
@@ -244,9 +251,12 @@ static int parse_args(int argc, char **argv, run_opts *o, bool *help)
 				return errorf("--output-dir needs a directory");
 			o->outdir = val;
 		} else if (IS("check")) {
-			if (strcmp(val, "aten") != 0)
-				return errorf("--check=%s: only --check=aten is supported", val);
-			o->check = true;
+			if (strcmp(val, "aten") == 0)
+				o->check = true;
+			else if (strcmp(val, "f64") == 0)
+				o->check64 = true;
+			else
+				return errorf("--check=%s: unknown check (expected --check=aten or --check=f64)", val);
 		} else {
 			const char *e2 = strchr(val, '=');
 			if (!e2 || e2 == val || !e2[1])
@@ -695,6 +705,171 @@ static fj_status phase_bench(fj_context *ctx, phase *ph, bench_result *br)
 
 #define STEM_MAX 300
 
+/* ---- --check=f64 (IR.md §5) ---- */
+
+/* One output's verdict: err = ||out - rnd(ref)|| / (||ref|| + scale)
+ * against the f64 reference (fj_rt_f64_err), and the tolerance it is held
+ * to. */
+typedef struct f64_verdict {
+	double err, tol, scale;
+	bool placed; /* NaN and inf at the same places */
+} f64_verdict;
+
+static bool f64_ok(const f64_verdict *v) { return v->placed && v->err <= v->tol; }
+
+/* ptol: the tolerance of the least precise rounding the output went
+ * through (tol_walk); a float output is held to at least its own dtype's. */
+static f64_verdict f64_judge(const fj_rt_tensor *out, const fj_rt_tensor *ref, double scale, double ptol)
+{
+	f64_verdict v = {.scale = scale, .placed = true};
+	double own = fj_rt_f64_tolerance(out->dtype);
+	v.tol = fj_dtype_is_float(out->dtype) ? (ptol > own ? ptol : own) : 0;
+	bool same = out->rank == ref->rank;
+	for (int d = 0; same && d < out->rank; d++)
+		same = out->dims[d] == ref->dims[d];
+	if (!same) {
+		v.err = INFINITY;
+		return v;
+	}
+	v.err = fj_rt_f64_err(out, ref, scale, &v.placed);
+	return v;
+}
+
+static void f64_print(FILE *f, const f64_verdict *v)
+{
+	if (!v->placed)
+		fprintf(f, "  vs f64: NaN/inf at different places: FAIL\n");
+	else
+		fprintf(f, "  vs f64: err %.3g (scale %.3g, tolerance %g): %s\n", v->err, v->scale, v->tol,
+		        f64_ok(v) ? "ok" : "FAIL");
+}
+
+static void f64_json(FILE *f, const f64_verdict *v)
+{
+	fputs(", \"f64_err\": ", f);
+	json_num(f, v->placed ? v->err : INFINITY);
+	fputs(", \"f64_scale\": ", f);
+	json_num(f, v->scale);
+	fputs(", \"f64_tolerance\": ", f);
+	json_num(f, v->tol);
+}
+
+/* The one error of a failed --check: the checks that failed. */
+static void check_failed(bool aten_ok, bool f64_all_ok, bool train, bool outdir)
+{
+	const char *what = train ? "an output or gradient" : "an output";
+	const char *tail = outdir ? " (no output written)" : "";
+	if (!aten_ok && !f64_all_ok)
+		errorf("--check=aten and --check=f64: %s differs from aten beyond its dtype's tolerance and from its "
+		       "f64 reference beyond its tolerance%s", what, tail);
+	else if (!aten_ok)
+		errorf("--check=aten: %s differs from aten beyond its dtype's tolerance%s", what, tail);
+	else
+		errorf("--check=f64: %s differs from its f64 reference beyond its tolerance%s", what, tail);
+}
+
+/* For each value of g (as the executor ran it): the --check=f64 tolerance of
+ * the least precise rounding it went through -- the largest tolerance among
+ * the dtypes of the float node results it depends on, itself included (an
+ * f64 output of f32 math: f32's). Parameters start from pin[i] (NULL: 0:
+ * inputs are exact in both runs). NULL when out of memory. */
+static double *tol_walk(const fj_graph *g, const double *pin)
+{
+	double *p = calloc(g->nvalues + 1, sizeof *p);
+	if (!p)
+		return NULL;
+	for (uint32_t i = 0; pin && i < g->nparams; i++)
+		p[g->params[i]] = pin[i];
+	for (uint32_t ni = 0; ni < g->nnodes; ni++) {
+		const fj_node *n = &g->nodes[ni];
+		double in = 0;
+		for (uint32_t i = 0; i < n->nopnds; i++)
+			if (n->opnds[i] != FJ_NOVAL && p[n->opnds[i]] > in)
+				in = p[n->opnds[i]];
+		for (uint32_t r = 0; r < n->nres; r++) {
+			double own = fj_rt_f64_tolerance(g->values[n->res[r]].type.dtype);
+			p[n->res[r]] = own > in ? own : in;
+		}
+	}
+	return p;
+}
+
+/* Input i of ph: t, converted to the parameter's dtype when that is f64 and
+ * t a narrower float (exactly: every f16/bf16/f32 value is an f64 value). */
+static fj_status set_input64(fj_context *ctx, phase *ph, uint32_t i, const fj_rt_tensor *t)
+{
+	fj_dtype want = ph->g->values[ph->g->params[i]].type.dtype;
+	if (t->dtype == want || !fj_dtype_is_float(t->dtype)) {
+		ph->in[i] = t;
+		return FJ_OK;
+	}
+	fj_status st = fj_rt_tensor_alloc(ctx, &ph->own[i], want, t->rank, t->dims);
+	if (st != FJ_OK)
+		return st;
+	int64_t n = fj_rt_tensor_numel(t);
+	for (int64_t k = 0; k < n; k++)
+		fj_rt_store_f64(ph->own[i].data, want, k, fj_rt_load_f64(t->data, t->dtype, k));
+	ph->in[i] = &ph->own[i];
+	return FJ_OK;
+}
+
+/* The f64 copy of graph `gname` (fj_pass_clone_f64), added to m as
+ * @<gname>.f64 (or a free variant); its name into name64[STEM_MAX]. */
+static fj_status add_f64_graph(fj_module *m, const char *gname, char *name64, fj_graph **out)
+{
+	char base[STEM_MAX];
+	snprintf(base, sizeof base, "%s.f64", gname);
+	fj_pass_fresh_graph_name(m, base, name64, STEM_MAX);
+	return fj_pass_clone_f64(fj_module_find_graph(m, gname), name64, out);
+}
+
+/* --check=f64's simulated roundings: CHECK64_SAMPLES runs of the f64 graph
+ * with every float node result perturbed by a relative CHECK64_DELTA at most
+ * (fj_pass_clone_perturbed); an output's scale is the largest
+ * ||perturbed - ref||_2 / CHECK64_DELTA over the samples. delta = 2^-20
+ * keeps the response linear (second-order terms ~delta^2) and far above f64's
+ * own roundings (~1e-16, i.e. 1e-10 of the measured sensitivity). */
+#define CHECK64_DELTA 0x1p-20
+#define CHECK64_SAMPLES 2
+
+/* Runs g64 (sample 0) or its perturbed copy under seed `sample` (added to
+ * m) on aten, with inputs in (float ones of any dtype: converted), into ph. */
+static fj_status run64(fj_context *ctx, fj_module *m, fj_graph *g64, const fj_rt_tensor *const *in,
+                       const run_opts *o, unsigned sample, phase *ph)
+{
+	fj_graph *g = g64;
+	fj_status st = FJ_OK;
+	if (sample) {
+		char name[STEM_MAX], base[STEM_MAX];
+		snprintf(base, sizeof base, "%s.perturbed%u", g64->name, sample);
+		fj_pass_fresh_graph_name(m, base, name, sizeof name);
+		st = fj_pass_clone_perturbed(g64, name, CHECK64_DELTA, sample, &g);
+	}
+	if (st == FJ_OK)
+		st = phase_alloc(ctx, ph, g);
+	for (uint32_t i = 0; st == FJ_OK && i < g->nparams; i++) {
+		if (!in[i])
+			return fj_error(ctx, g->loc, "--check=f64: internal error: parameter %u of @%s has no value", i,
+			                g->name);
+		st = set_input64(ctx, ph, i, in[i]);
+	}
+	if (st == FJ_OK)
+		st = phase_run(ctx, ph, &aten_executor, o, "");
+	return st;
+}
+
+/* scale[k] = max(scale[k], ||p->out[k] - ref[k]||_2 / CHECK64_DELTA) for
+ * the first n outputs. */
+static void add_scales(const phase *p, const fj_rt_tensor *ref, uint32_t n, double *scale)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		double d = fj_rt_l2_dist(&p->out[k], &ref[k]) / CHECK64_DELTA;
+		if (d > scale[k])
+			scale[k] = d;
+	}
+}
+
+
 /* A file name output, collected for --output-dir and --json. */
 typedef struct named_out {
 	char stem[STEM_MAX];
@@ -797,6 +972,11 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	snprintf(fwname, sizeof fwname, "%s.fw", name);
 	snprintf(bwname, sizeof bwname, "%s.bw", name);
 	phase fw = {0}, bw = {0}, rfw = {0}, rbw = {0};
+	phase xfw = {0}, xbw = {0}; /* --check=f64: the f64 forward and backward, exposed */
+	double *scale = NULL, *ptolf = NULL, *ptolb = NULL, *pin = NULL;
+	const fj_rt_tensor **bin = NULL; /* the f64 backward's inputs */
+	f64_verdict *v64 = NULL;
+	char name64[STEM_MAX] = "";
 	run_opts bo = *o; /* the backward's: o with backward_dims */
 	bo.dims = NULL;
 	named_out *outs = NULL;
@@ -821,8 +1001,21 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	uint32_t K0 = g0->nresults, P0 = g0->nparams;
 	free(prev);
+	fj_status st = FJ_OK;
+	if (o->check64) {
+		/* the f64 copy goes through the same pipeline beside the graph */
+		fj_graph *g64;
+		if (!(v64 = calloc(g0->nresults + g0->nparams + 1, sizeof *v64))) {
+			errorf("out of memory");
+			goto done;
+		}
+		if ((st = add_f64_graph(m, name, name64, &g64)) != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+	}
 	fj_pipeline_opts po = {.verify_each = true};
-	fj_status st = fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition", &po);
+	st = fj_run_pipeline(m, "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition", &po);
 	if (st != FJ_OK) {
 		report(ctx, st);
 		goto done;
@@ -909,7 +1102,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		snprintf(outs[nouts].stem, sizeof outs[nouts].stem, "grad_%s", pv->name);
 		outs[nouts++].t = &bw.out[gi++];
 	}
-	bool check_ok = true;
+	bool check_ok = true, aten_ok = true, f64_all_ok = true;
 	if (o->check) {
 		/* the same forward and backward graphs on the reference */
 		if ((st = phase_alloc(ctx, &rfw, gf)) != FJ_OK || (st = phase_alloc(ctx, &rbw, gb)) != FJ_OK) {
@@ -930,9 +1123,77 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 			bool placed;
 			outs[j].relerr = fj_rt_rel_l2(outs[j].t, ref, &placed);
 			if (!placed || !(outs[j].relerr <= fj_rt_tolerance(outs[j].t->dtype)))
-				check_ok = false;
+				aten_ok = false;
 		}
 	}
+	if (o->check64) {
+		/* @<name>.f64's forward and backward (exposed) on aten: the same
+		 * primals and tangents in f64, the backward on the f64 forward's
+		 * saved values */
+		char n[2 * STEM_MAX];
+		snprintf(n, sizeof n, "%s.fw", name64);
+		fj_graph *gf64 = fj_module_find_graph(m, n);
+		snprintf(n, sizeof n, "%s.bw", name64);
+		fj_graph *gb64 = fj_module_find_graph(m, n);
+		if (!gf64 || !gb64 || gf64->num_fwd_outputs != (int64_t)K || gb64->nresults != gb->nresults ||
+		    gf64->nparams != gf->nparams) {
+			errorf("--check=f64: internal error: the f64 copy of @%s does not train as @%s does", name, name);
+			goto done;
+		}
+		uint32_t nsaved64 = gf64->nresults - K;
+		bin = calloc(gb64->nparams + 1, sizeof *bin);
+		pin = calloc(gb->nparams + 1, sizeof *pin);
+		scale = calloc(K + gb->nresults + 1, sizeof *scale);
+		if (!bin || !pin || !scale) {
+			errorf("out of memory");
+			goto done;
+		}
+		/* sample 0: the reference; then the perturbed forward and backward,
+		 * the backward on the perturbed forward's saved values */
+		for (unsigned smp = 0; st == FJ_OK && smp <= CHECK64_SAMPLES; smp++) {
+			phase pf = {0}, pb = {0};
+			phase *xf = smp ? &pf : &xfw, *xb = smp ? &pb : &xbw;
+			if ((st = run64(ctx, m, gf64, fw.in, o, smp, xf)) == FJ_OK) {
+				for (uint32_t i = 0; i < nsaved64 && i < gb64->nparams; i++)
+					bin[i] = &xf->out[K + i];
+				for (uint32_t k = 0; k < K; k++) {
+					uint32_t i = tangent_param(gb, nsaved, k), i64 = tangent_param(gb64, nsaved64, k);
+					if (i < gb->nparams && i64 < gb64->nparams)
+						bin[i64] = bw.in[i];
+				}
+				st = run64(ctx, m, gb64, bin, &bo, smp, xb);
+			}
+			if (st == FJ_OK && smp) {
+				add_scales(&pf, xfw.out, K, scale);
+				add_scales(&pb, xbw.out, gb->nresults, scale + K);
+			}
+			phase_free(&pb); /* its saved inputs are pf's outputs */
+			phase_free(&pf);
+		}
+		if (st == FJ_OK) {
+			/* tolerances: the backward's saved values carry the forward's */
+			if (!(ptolf = tol_walk(gf, NULL))) {
+				errorf("out of memory");
+				goto done;
+			}
+			for (uint32_t i = 0; i < gb->nparams; i++)
+				pin[i] = i < nsaved ? ptolf[gf->results[K + i]] : 0;
+			if (!(ptolb = tol_walk(gb, pin)))
+				st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		}
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		for (uint32_t j = 0; j < nouts; j++) {
+			bool f = j < K;
+			uint32_t r = f ? j : j - K;
+			v64[j] = f64_judge(outs[j].t, f ? &xfw.out[r] : &xbw.out[r], scale[j],
+			                   f ? ptolf[gf->results[r]] : ptolb[gb->results[r]]);
+			f64_all_ok &= f64_ok(&v64[j]);
+		}
+	}
+	check_ok = aten_ok && f64_all_ok;
 	bench_result bf = {0}, bb = {0};
 	if (o->bench) {
 		if ((st = phase_bench(ctx, &fw, &bf)) != FJ_OK || (st = phase_bench(ctx, &bw, &bb)) != FJ_OK) {
@@ -988,6 +1249,8 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 				fputs(", \"rel_err\": ", f);
 				json_num(f, outs[j].relerr);
 			}
+			if (o->check64)
+				f64_json(f, &v64[j]);
 			fputc('}', f);
 		}
 		fputc(']', f);
@@ -1022,6 +1285,8 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 				fprintf(f, "  vs aten: rel_err %.3g (tolerance %g): %s\n", outs[j].relerr,
 				        fj_rt_tolerance(outs[j].t->dtype),
 				        outs[j].relerr <= fj_rt_tolerance(outs[j].t->dtype) ? "ok" : "FAIL");
+			if (o->check64)
+				f64_print(f, &v64[j]);
 			if (o->outdir && check_ok)
 				fprintf(f, "  written to %s\n", outs[j].path);
 		}
@@ -1037,8 +1302,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	if (!check_ok) {
 		fflush(stdout);
-		errorf("--check=aten: an output or gradient differs from aten beyond its dtype's tolerance%s",
-		       o->outdir ? " (no output written)" : "");
+		check_failed(aten_ok, f64_all_ok, true, o->outdir != NULL);
 		goto done;
 	}
 	rc = 0;
@@ -1049,6 +1313,14 @@ done:
 	}
 	free(outs);
 	free(bo.dims);
+	free(v64);
+	free(scale);
+	free((void *)bin);
+	free(ptolf);
+	free(ptolb);
+	free(pin);
+	phase_free(&xbw); /* its saved inputs are xfw's outputs */
+	phase_free(&xfw);
 	/* the saved inputs of bw are fw's outputs: not bw's to free */
 	phase_free(&rbw);
 	phase_free(&rfw);
@@ -1084,6 +1356,9 @@ int fj_run_main(int argc, char **argv)
 	const char **origin = NULL;
 	char **stems = NULL, **paths = NULL, **tmps = NULL;
 	double *relerr = NULL;
+	f64_verdict *v64 = NULL;  /* --check=f64 */
+	phase r64 = {0};
+	double *scale = NULL, *ptol = NULL;
 	uint32_t nparams = 0, nres = 0;
 	int rc = 1;
 	fj_status st = FJ_OK;
@@ -1209,7 +1484,8 @@ int fj_run_main(int argc, char **argv)
 	paths = calloc(nres ? nres : 1, sizeof *paths);
 	tmps = calloc(nres ? nres : 1, sizeof *tmps);
 	relerr = calloc(nres ? nres : 1, sizeof *relerr);
-	if (!in || !inp || !origin || !out || !refout || !stems || !paths || !tmps || !relerr) {
+	v64 = calloc(nres ? nres : 1, sizeof *v64);
+	if (!in || !inp || !origin || !out || !refout || !stems || !paths || !tmps || !relerr || !v64) {
 		errorf("out of memory");
 		goto done;
 	}
@@ -1300,7 +1576,7 @@ int fj_run_main(int argc, char **argv)
 		output_stem(g, k, (const char *const *)stems, stems[k]);
 	}
 
-	bool check_ok = true;
+	bool check_ok = true, aten_ok = true, f64_all_ok = true;
 	if (o.check) {
 		st = fj_rt_program_create(ctx, g, FJ_RT_EXEC_ATEN, &ref);
 		if (st == FJ_OK)
@@ -1315,9 +1591,34 @@ int fj_run_main(int argc, char **argv)
 			bool placed;
 			relerr[k] = fj_rt_rel_l2(&out[k], &refout[k], &placed);
 			if (!placed || !(relerr[k] <= fj_rt_tolerance(out[k].dtype)))
-				check_ok = false;
+				aten_ok = false;
 		}
 	}
+	if (o.check64) {
+		/* the graph in f64 on aten, then its perturbed copies for the scales */
+		char name64[STEM_MAX];
+		fj_graph *g64;
+		st = add_f64_graph(m, g->name, name64, &g64);
+		if (st == FJ_OK)
+			st = run64(ctx, m, g64, inp, &o, 0, &r64);
+		if (st == FJ_OK && (!(ptol = tol_walk(g, NULL)) || !(scale = calloc(nres + 1, sizeof *scale))))
+			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		for (unsigned smp = 1; st == FJ_OK && smp <= CHECK64_SAMPLES; smp++) {
+			phase p = {0};
+			if ((st = run64(ctx, m, g64, inp, &o, smp, &p)) == FJ_OK)
+				add_scales(&p, r64.out, nres, scale);
+			phase_free(&p);
+		}
+		if (st != FJ_OK) {
+			report(ctx, st);
+			goto done;
+		}
+		for (uint32_t k = 0; k < nres; k++) {
+			v64[k] = f64_judge(&out[k], &r64.out[k], scale[k], ptol[g->results[k]]);
+			f64_all_ok &= f64_ok(&v64[k]);
+		}
+	}
+	check_ok = aten_ok && f64_all_ok;
 
 	bench_result br = {0};
 	if (o.bench) {
@@ -1396,6 +1697,8 @@ int fj_run_main(int argc, char **argv)
 				fputs(", \"rel_err\": ", f);
 				json_num(f, relerr[k]);
 			}
+			if (o.check64)
+				f64_json(f, &v64[k]);
 			fputc('}', f);
 		}
 		fputs("], \"compile_ms\": {\"cold\": ", f);
@@ -1450,6 +1753,8 @@ int fj_run_main(int argc, char **argv)
 				else
 					fprintf(f, "  vs aten: rel_err %.3g (tolerance %g): %s\n", relerr[k], tol, ok ? "ok" : "FAIL");
 			}
+			if (o.check64)
+				f64_print(f, &v64[k]);
 			if (o.outdir && check_ok)
 				fprintf(f, "  written to %s\n", paths[k]);
 		}
@@ -1464,8 +1769,7 @@ int fj_run_main(int argc, char **argv)
 	}
 	if (!check_ok) {
 		fflush(stdout);
-		errorf("--check=aten: an output differs from aten beyond its dtype's tolerance%s",
-		       o.outdir ? " (no output written)" : "");
+		check_failed(aten_ok, f64_all_ok, false, o.outdir != NULL);
 		goto done;
 	}
 	rc = 0;
@@ -1493,6 +1797,10 @@ done:
 	free(paths);
 	free(tmps);
 	free(relerr);
+	free(v64);
+	free(scale);
+	free(ptol);
+	phase_free(&r64);
 	fj_rt_program_destroy(prog);
 	fj_rt_program_destroy(ref);
 	fj_rt_nvptx_destroy(nv);

@@ -246,3 +246,63 @@ double fj_rt_tolerance(fj_dtype dt)
 	default: return 0;
 	}
 }
+
+double fj_rt_f64_err(const fj_rt_tensor *out, const fj_rt_tensor *ref, double scale, bool *placement_ok)
+{
+	int64_t n = fj_rt_tensor_numel(ref);
+	double num = 0, den = 0;
+	bool isfloat = fj_dtype_is_float(out->dtype);
+	*placement_ok = true;
+	for (int64_t i = 0; i < n; i++) {
+		double a = fj_rt_load_f64(out->data, out->dtype, i);
+		double r = fj_rt_load_f64(ref->data, ref->dtype, i);
+		double rr = r; /* r rounded to out's dtype: where it overflows, inf is right */
+		if (isfloat && out->dtype != ref->dtype) {
+			uint64_t cell = 0;
+			fj_rt_store_f64(&cell, out->dtype, 0, r);
+			rr = fj_rt_load_f64(&cell, out->dtype, 0);
+		}
+		if (!isfinite(a) || !isfinite(rr)) {
+			bool same = (isnan(a) && isnan(rr)) || (isinf(a) && isinf(rr) && (a > 0) == (rr > 0));
+			if (!same) {
+				*placement_ok = false;
+				return INFINITY;
+			}
+			continue;
+		}
+		double d = a - rr; /* out can be no closer than ref in its dtype (f16 underflow ...) */
+		num += d * d;
+		den += r * r;
+	}
+	if (num == 0) {
+		/* integers beyond 2^53 can differ without a difference in double */
+		if (!isfloat && out->dtype == ref->dtype && memcmp(out->data, ref->data, ref->nbytes) != 0)
+			return 1e-300;
+		return 0;
+	}
+	den = sqrt(den) + scale;
+	return den > 0 ? sqrt(num) / den : INFINITY;
+}
+
+double fj_rt_f64_tolerance(fj_dtype dt)
+{
+	switch (dt) {
+	case FJ_DT_F32: return 1e-5;
+	case FJ_DT_F16: return 1e-2;
+	case FJ_DT_BF16: return 5e-2;
+	case FJ_DT_F64: return 1e-12;
+	default: return 0;
+	}
+}
+
+double fj_rt_l2_dist(const fj_rt_tensor *a, const fj_rt_tensor *b)
+{
+	int64_t n = fj_rt_tensor_numel(a);
+	double s = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = fj_rt_load_f64(a->data, a->dtype, i) - fj_rt_load_f64(b->data, b->dtype, i);
+		if (isfinite(d))
+			s += d * d;
+	}
+	return sqrt(s);
+}

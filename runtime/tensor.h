@@ -70,4 +70,24 @@ double fj_rt_rel_l2(const fj_rt_tensor *out, const fj_rt_tensor *ref, bool *plac
  * integers and bools 0: exact). */
 double fj_rt_tolerance(fj_dtype dt);
 
+/* --check=f64's measure (IR.md §5) of out against ref, a reference computed
+ * in f64 (integer and bool outputs: of out's dtype), with `scale` the size of
+ * the error the roundings of a correct run explain (the reference's
+ * sensitivity to its roundings, in the same norm):
+ *   ||out - rnd(ref)||_2 / (||ref||_2 + scale)
+ * where rnd rounds to out's dtype (an output can be no closer: an f16
+ * product that underflows to 0 is exact) (0 when out equals rnd(ref), also
+ * for an empty tensor; +inf where the
+ * denominator is 0 and they differ). NaN and inf must sit at the same places
+ * in out and in ref rounded to out's dtype (an f64 value beyond f16's range
+ * is inf in f16) and are left out of the norms; *placement_ok is false (and
+ * the result +inf) when they do not. */
+double fj_rt_f64_err(const fj_rt_tensor *out, const fj_rt_tensor *ref, double scale, bool *placement_ok);
+/* --check=f64's tolerance of a dtype: f64 1e-12, f32 1e-5, f16 1e-2, bf16
+ * 5e-2, integers and bools 0: exact. */
+double fj_rt_f64_tolerance(fj_dtype dt);
+/* ||a - b||_2 over the elements where the difference is finite (a and b of
+ * the same shape, any dtypes). */
+double fj_rt_l2_dist(const fj_rt_tensor *a, const fj_rt_tensor *b);
+
 #endif

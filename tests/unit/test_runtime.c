@@ -1,6 +1,7 @@
 /* test_runtime.c -- runtime/: .npy I/O (round trips, every corrupt file),
  * half-precision conversions, the relative L2 error, the thread pool, the
- * binding of symbolic sizes and the buffer plan. */
+ * binding of symbolic sizes, the buffer plan, and --check=f64's measure
+ * (wrong results fail it, rounding does not). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "backend_host/host.h"
 #include "frontend/frontend.h"
+#include "passes/reference.h"
 #include "runtime/npy.h"
 #include "runtime/program.h"
 #include "test.h"
@@ -515,6 +517,128 @@ START_TEST(test_literal_and_param_outputs)
 }
 END_TEST
 
+/* ---- --check=f64 (IR.md §5) ---- */
+
+START_TEST(test_f64_err_basics)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	int64_t d = 4;
+	fj_rt_tensor a, r;
+	fj_rt_tensor_alloc(ctx, &a, FJ_DT_F16, 1, &d);
+	fj_rt_tensor_alloc(ctx, &r, FJ_DT_F64, 1, &d);
+	double ref[4] = {3, 1e6, 1e-12, NAN}; /* beyond f16's range: inf; below it: 0 */
+	memcpy(r.data, ref, sizeof ref);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 0, 3);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 1, INFINITY);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 2, 0);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 3, NAN);
+	bool placed;
+	ck_assert_double_eq(fj_rt_f64_err(&a, &r, 0, &placed), 0);
+	ck_assert(placed);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 3, 1); /* NaN missing */
+	fj_rt_f64_err(&a, &r, 0, &placed);
+	ck_assert(!placed);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 3, NAN);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 0, 3.5); /* 0.5 / (3 + 1) */
+	ck_assert_double_eq_tol(fj_rt_f64_err(&a, &r, 1, &placed), 0.125, 1e-12);
+	/* a zero reference: the scale alone */
+	memset(r.data, 0, 32);
+	memset(a.data, 0, 8);
+	fj_rt_store_f64(a.data, FJ_DT_F16, 1, 0.25);
+	ck_assert_double_eq_tol(fj_rt_f64_err(&a, &r, 0.5, &placed), 0.5, 1e-12);
+	ck_assert(isinf(fj_rt_f64_err(&a, &r, 0, &placed)));
+	ck_assert_double_eq(fj_rt_f64_tolerance(FJ_DT_F64), 1e-12);
+	ck_assert_double_eq(fj_rt_f64_tolerance(FJ_DT_I64), 0);
+	fj_rt_tensor_free(&a);
+	fj_rt_tensor_free(&r);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* Runs graph g on aten with inputs in (converted to g's f64 parameters). */
+static void run_aten(fj_context *ctx, fj_graph *g, const fj_rt_tensor *in, int nin, fj_rt_tensor *out)
+{
+	fj_rt_tensor conv[4] = {{0}};
+	const fj_rt_tensor *ip[4];
+	for (int i = 0; i < nin; i++) {
+		const fj_type *t = &g->values[g->params[i]].type;
+		ip[i] = &in[i];
+		if (t->dtype == in[i].dtype)
+			continue;
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &conv[i], t->dtype, in[i].rank, in[i].dims), FJ_OK);
+		for (int64_t k = 0; k < fj_rt_tensor_numel(&in[i]); k++)
+			fj_rt_store_f64(conv[i].data, t->dtype, k, fj_rt_load_f64(in[i].data, in[i].dtype, k));
+		ip[i] = &conv[i];
+	}
+	fj_rt_program *p;
+	ck_assert_int_eq(fj_rt_program_create(ctx, g, FJ_RT_EXEC_ATEN, &p), FJ_OK);
+	ck_assert_msg(fj_rt_program_bind(p, ip, NULL, NULL, 0) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_msg(fj_rt_program_run(p, ip, out) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_rt_program_destroy(p);
+	for (int i = 0; i < nin; i++)
+		fj_rt_tensor_free(&conv[i]);
+}
+
+/* The whole measure on y = x @ w + x, with its scale from a perturbed f64
+ * run as fusejit-run measures it: aten's f32 result passes by a wide
+ * margin; a transposed result, two elements swapped (a wrong index) and a
+ * dropped term each fail by a wide margin. */
+START_TEST(test_f64_check_wrong_results)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: f32[8,8], %w: f32[8,8]) {\n"
+	                          "  %h = aten.mm(%x, %w)\n"
+	                          "  %y = aten.add(%h, %x)\n"
+	                          "  return %y, %h\n"
+	                          "}\n");
+	fj_graph *g = m->graphs[0], *g64, *gp;
+	ck_assert_int_eq(fj_pass_clone_f64(g, "main.f64", &g64), FJ_OK);
+	ck_assert_int_eq(g64->values[g64->results[0]].type.dtype, FJ_DT_F64);
+	ck_assert_int_eq(fj_pass_clone_perturbed(g64, "main.p", 0x1p-20, 1, &gp), FJ_OK);
+	ck_assert_int_eq(fj_verify_module(m), FJ_OK);
+	fj_rt_tensor in[2];
+	make_input(ctx, &in[0], FJ_DT_F32, 2, 8, 8);
+	make_input(ctx, &in[1], FJ_DT_F32, 2, 8, 8);
+	for (int k = 0; k < 64; k++) {
+		fj_rt_store_f64(in[0].data, FJ_DT_F32, k, sin(k * 0.7));
+		fj_rt_store_f64(in[1].data, FJ_DT_F32, k, cos(k * 1.3));
+	}
+	fj_rt_tensor out[2] = {{0}}, ref[2] = {{0}}, pert[2] = {{0}};
+	run_aten(ctx, g, in, 2, out);
+	run_aten(ctx, g64, in, 2, ref);
+	run_aten(ctx, gp, in, 2, pert);
+	double scale = fj_rt_l2_dist(&pert[0], &ref[0]) / 0x1p-20;
+	ck_assert(scale > 0);
+	bool placed;
+	double tol = fj_rt_f64_tolerance(FJ_DT_F32);
+	double ok = fj_rt_f64_err(&out[0], &ref[0], scale, &placed);
+	ck_assert_msg(placed && ok <= tol / 10, "the f32 result: err %g", ok);
+	float *y = out[0].data, keep[64];
+	memcpy(keep, y, sizeof keep);
+	for (int i = 0; i < 8; i++) /* a wrong transpose */
+		for (int j = 0; j < 8; j++)
+			y[i * 8 + j] = keep[j * 8 + i];
+	double e = fj_rt_f64_err(&out[0], &ref[0], scale, &placed);
+	ck_assert_msg(e > 100 * tol, "transposed: err %g", e);
+	memcpy(y, keep, sizeof keep); /* a wrong index: two elements swapped */
+	y[9] = keep[10];
+	y[10] = keep[9];
+	e = fj_rt_f64_err(&out[0], &ref[0], scale, &placed);
+	ck_assert_msg(e > 100 * tol, "swapped: err %g", e);
+	memcpy(y, out[1].data, sizeof keep); /* the term + x dropped */
+	e = fj_rt_f64_err(&out[0], &ref[0], scale, &placed);
+	ck_assert_msg(e > 100 * tol, "dropped term: err %g", e);
+	for (int i = 0; i < 2; i++) {
+		fj_rt_tensor_free(&in[i]);
+		fj_rt_tensor_free(&out[i]);
+		fj_rt_tensor_free(&ref[i]);
+		fj_rt_tensor_free(&pert[i]);
+	}
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 Suite *suite_runtime(void)
 {
 	Suite *s = suite_create("runtime");
@@ -527,6 +651,11 @@ Suite *suite_runtime(void)
 	tc = tcase_create("values");
 	tcase_add_test(tc, test_half_conversions);
 	tcase_add_test(tc, test_rel_l2);
+	tcase_add_test(tc, test_f64_err_basics);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("check_f64");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_f64_check_wrong_results);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_add_test(tc, test_pool);
