@@ -81,24 +81,49 @@ class TensorCall:
         self._lib = prog.ctx._lib
         self.__name__ = name  # torch.fx names call_function targets
         self._sizes = _SizeFn(in_shapes or [], self.out_types)
+        self._tls = threading.local()  # per thread: descriptors kept from the last call
+
+    def _fill(self, arr, slots, i, t):
+        """Descriptor i of arr for tensor t: in full when t's layout differs from the
+        last call's in that slot, else only the data pointer (the fixed cost per
+        tensor stays a few attribute writes)."""
+        key = (t.dtype, t.shape, t.stride(), t.device)
+        last = slots[i]
+        if last is not None and last[0] == key:
+            arr[i].data = t.data_ptr() if last[1] else None
+            return
+        keep = []
+        _desc(t, arr[i], keep)
+        slots[i] = (key, t.numel() > 0, keep)
+
+    def _descs(self, name, n):
+        tls = self._tls
+        arr = getattr(tls, name, None)
+        if arr is None or len(arr[1]) != n:
+            arr = ((_lib.Tensor * max(n, 1))(), [None] * n)
+            setattr(tls, name, arr)
+        return arr
 
     def __call__(self, *args):
-        L = self._lib
-        keep = []
         n, m = len(args), len(self.out_types)
-        ins = (_lib.Tensor * max(n, 1))()
+        ins, islots = self._descs("ins", n)
+        keep = []
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 a = torch.as_tensor(a)
-            keep.append(a)
-            _desc(a, ins[i], keep)
+                keep.append(a)
+            self._fill(ins, islots, i, a)
         outs = [torch.empty(shape, dtype=t[0], device=self.device) if stride is None else
                 torch.empty_strided(shape, stride, dtype=t[0], device=self.device)
                 for t, (shape, stride) in zip(self.out_types, self._sizes(args))]
-        od = (_lib.Tensor * max(m, 1))()
+        od, oslots = self._descs("outs", m)
         for i, o in enumerate(outs):
-            _desc(o, od[i], keep)
-        self.prog.ctx._check(L.fj_program_run(self.prog._ptr, ins, n, od, m))
+            self._fill(od, oslots, i, o)
+        st = self._lib.fj_program_run(self.prog._ptr, ins, n, od, m)
+        for i in range(m):
+            if od[i].flags & 1:  # FJ_TENSOR_OWNED: an empty output fusejit allocated itself
+                self._lib.fj_tensor_release(ctypes.byref(od[i]))
+        self.prog.ctx._check(st)
         return outs
 
 

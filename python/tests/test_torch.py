@@ -306,3 +306,9 @@ def test_dynamic_shapes_one_program_for_every_size():
     # for these nine sizes, and every graph ran with symbolic sizes in fusejit
     assert n_fj[0] == n_ref[0] <= 2, (n_fj[0], n_ref[0])
     assert sink and all(not r.fallback for r in sink), sink
+
+
+def test_empty_tensors():
+    check(lambda x: torch.tanh(x) * 2.0, rnd(0, 4))
+    out = through_fusejit(lambda x, y: (x + 1.0, y.sum(0)))(torch.randn(0, 3), torch.randn(0, 5))
+    assert out[0].shape == (0, 3) and out[1].shape == (5,) and out[1].abs().max() == 0
