@@ -372,18 +372,23 @@ static int opnd_index(const fj_opinfo *oi, const char *name)
 	return -1;
 }
 
-/* For each parameter used directly as an index operand, the size of the dim
- * it indexes (the smallest one, if several); -1 for the others. */
-static void index_bounds(fj_context *ctx, const fj_graph *g, const fj_rt_program *p, int64_t *bound)
+/* No index bound (fj_dim of a parameter that indexes nothing). */
+#define NO_BOUND INT64_MIN
+
+/* For each parameter of g used directly as an index operand, the dim it
+ * indexes (a size or a symbolic size), else NO_BOUND. Taken from the graph
+ * as written: after decompose an index reaches prims.gather through casts
+ * and selects, so --train takes them before its pipeline. */
+static void index_bound_dims(fj_context *ctx, const fj_graph *g, fj_dim *bound)
 {
 	for (uint32_t i = 0; i < g->nparams; i++)
-		bound[i] = -1;
+		bound[i] = NO_BOUND;
 	for (uint32_t i = 0; i < g->nnodes; i++) {
 		const fj_node *n = &g->nodes[i];
 		const fj_opinfo *oi = fj_op_info(ctx, n->op);
 		int ix = opnd_index(oi, "index");
 		int src = 0;
-		int64_t dimsz = -1;
+		fj_dim dimsz = NO_BOUND;
 		if (ix < 0 && (ix = opnd_index(oi, "indices")) >= 0) {
 			src = opnd_index(oi, "weight");
 			if (src < 0) { /* embedding_dense_backward: num_weights */
@@ -392,36 +397,58 @@ static void index_bounds(fj_context *ctx, const fj_graph *g, const fj_rt_program
 					dimsz = a->u.i;
 			} else if ((uint32_t)src < n->nopnds && n->opnds[src] != FJ_NOVAL &&
 			           g->values[n->opnds[src]].type.rank >= 1) {
-				dimsz = fj_rt_program_value_dims(p, n->opnds[src])[0];
+				dimsz = g->values[n->opnds[src]].type.dims[0];
 			}
 		} else if (ix < 0 && (ix = opnd_index(oi, "target")) >= 0) {
 			src = opnd_index(oi, "self");
 			if (src >= 0 && (uint32_t)src < n->nopnds && n->opnds[src] != FJ_NOVAL) {
 				const fj_type *t = &g->values[n->opnds[src]].type;
 				if (t->rank >= 1)
-					dimsz = fj_rt_program_value_dims(p, n->opnds[src])[t->rank >= 2 ? 1 : 0];
+					dimsz = t->dims[t->rank >= 2 ? 1 : 0];
 			}
 		} else if (ix >= 0) {
-			src = 0;
 			if (n->nopnds > 0 && n->opnds[0] != FJ_NOVAL && fj_op_attr_index(oi, "dim", 3) >= 0) {
 				const fj_type *t = &g->values[n->opnds[0]].type;
 				int64_t d = fj_attr_as_int(fj_node_attr(ctx, n, "dim"));
 				if (d < 0)
 					d += t->rank;
 				if (d >= 0 && d < t->rank)
-					dimsz = fj_rt_program_value_dims(p, n->opnds[0])[d];
+					dimsz = t->dims[d];
 				else if (t->rank == 0)
 					dimsz = 1;
 			}
 		}
-		if (ix < 0 || (uint32_t)ix >= n->nopnds || dimsz < 0)
+		if (ix < 0 || (uint32_t)ix >= n->nopnds || dimsz == NO_BOUND)
 			continue;
 		fj_vid v = n->opnds[ix];
 		if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_PARAM)
 			continue;
 		uint32_t pi = g->values[v].def;
-		if (bound[pi] < 0 || dimsz < bound[pi])
+		/* several uses: the smallest static size, else the first */
+		if (bound[pi] == NO_BOUND || (fj_dim_is_static(dimsz) && fj_dim_is_static(bound[pi]) && dimsz < bound[pi]))
 			bound[pi] = dimsz;
+	}
+}
+
+/* The concrete index bounds (-1: none) of n parameters from their bound
+ * dims, with the symbols p bound. */
+static void index_bounds(const fj_module *m, const fj_rt_program *p, const fj_dim *dims, uint32_t n, int64_t *bound)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		fj_dim d = dims[i];
+		if (d == NO_BOUND) {
+			bound[i] = -1;
+		} else if (fj_dim_is_static(d)) {
+			bound[i] = d;
+		} else {
+			const fj_symexpr *e = fj_dim_expr(m, d);
+			int64_t v = e->coef;
+			for (uint32_t k = 0; k < e->nsyms && v >= 0; k++) {
+				int64_t s = fj_rt_program_symbol(p, e->syms[k]);
+				v = s < 0 ? -1 : v * s;
+			}
+			bound[i] = v;
+		}
 	}
 }
 
@@ -622,6 +649,7 @@ typedef struct phase {
 	const fj_rt_tensor **in;
 	const char **origin;
 	fj_rt_tensor *out;
+	const fj_dim *bdims;        /* per parameter: the dim it indexes (NO_BOUND), or NULL: from g */
 } phase;
 
 static void phase_free(phase *ph)
@@ -668,7 +696,15 @@ static fj_status phase_run(fj_context *ctx, phase *ph, const executor *ex, const
 	int64_t *bounds = calloc(g->nparams ? g->nparams : 1, sizeof *bounds);
 	if (!bounds)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	index_bounds(ctx, g, ph->p, bounds);
+	fj_dim *own = ph->bdims ? NULL : calloc(g->nparams ? g->nparams : 1, sizeof *own);
+	if (!ph->bdims && !own) {
+		free(bounds);
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	}
+	if (own)
+		index_bound_dims(ctx, g, own);
+	index_bounds(g->module, ph->p, ph->bdims ? ph->bdims : own, g->nparams, bounds);
+	free(own);
 	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++) {
 		if (ph->in[i])
 			continue;
@@ -980,6 +1016,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	run_opts bo = *o; /* the backward's: o with backward_dims */
 	bo.dims = NULL;
 	named_out *outs = NULL;
+	fj_dim *fwbound = NULL;
 	uint32_t nouts = 0;
 	int rc = 1;
 	/* outputs: the forward's K outputs named from the graph as written
@@ -1001,6 +1038,12 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	uint32_t K0 = g0->nresults, P0 = g0->nparams;
 	free(prev);
+	/* the forward's random indices: bounded by what they index in the graph as written */
+	if (!(fwbound = calloc(P0 + 1, sizeof *fwbound))) {
+		errorf("out of memory");
+		goto done;
+	}
+	index_bound_dims(ctx, g0, fwbound);
 	fj_status st = FJ_OK;
 	if (o->check64) {
 		/* the f64 copy goes through the same pipeline beside the graph */
@@ -1031,6 +1074,8 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		report(ctx, st);
 		goto done;
 	}
+	if (gf->nparams == P0)
+		fw.bdims = fwbound; /* @f.fw takes the primals in the graph's order */
 	if (K != K0 || gb->nresults > P0) {
 		errorf("--train: @%s returns %u outputs and @%s %u gradients for @%s's %u outputs and %u parameters",
 		       fwname, K, bwname, gb->nresults, name, K0, P0);
@@ -1312,6 +1357,7 @@ done:
 		free(outs[j].path);
 	}
 	free(outs);
+	free(fwbound);
 	free(bo.dims);
 	free(v64);
 	free(scale);
@@ -1537,7 +1583,15 @@ int fj_run_main(int argc, char **argv)
 		errorf("out of memory");
 		goto done;
 	}
-	index_bounds(ctx, g, prog, bounds);
+	fj_dim *bdims = calloc(nparams ? nparams : 1, sizeof *bdims);
+	if (!bdims) {
+		free(bounds);
+		errorf("out of memory");
+		goto done;
+	}
+	index_bound_dims(ctx, g, bdims);
+	index_bounds(g->module, prog, bdims, nparams, bounds);
+	free(bdims);
 	for (uint32_t i = 0; i < nparams; i++) {
 		if (inp[i])
 			continue;
