@@ -2290,19 +2290,17 @@ static bool cache_insert(fj_nvptx_state *s, fj_nvptx_cache_entry *e)
 	return true;
 }
 
-/* The key: target, kernel name, the node's canonical key and its body. */
+/* The key: the target and the node's canonical key, which holds its body's
+ * structure (fj_cg_node_key): identical regions under other kernel names
+ * (the layers of a deep stack) share one compiled module, whose entries keep
+ * the first one's names. */
 static fj_status region_key(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm, fj_buf *b)
 {
-	const fj_node *n = &g->nodes[node];
-	fj_buf_printf(b, "%s|%s|", sm, n->kernel ? n->kernel : "");
+	fj_buf_printf(b, "%s|", sm);
 	fj_cg_node_key(b, g, node);
-	fj_buf_puts(b, "|");
-	fj_status st = fj_print_graph(b, n->body);
-	if (st == FJ_OK && b->oom)
-		st = FJ_ERR_NOMEM;
-	if (st != FJ_OK)
-		fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	return st;
+	if (!b->oom)
+		return FJ_OK;
+	return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 }
 
 /* ---- a region's variants compiled in parallel ----

@@ -232,6 +232,77 @@ static void key_attr(fj_buf *b, const fj_module *m, const fj_attr *a)
 	}
 }
 
+static void key_literal(fj_buf *b, const fj_value *v)
+{
+	switch (v->lit.kind) {
+	case FJ_LIT_INT: fj_buf_printf(b, "#i%lld", (long long)v->lit.i); break;
+	case FJ_LIT_FLOAT: fj_buf_printf(b, "#f%a", v->lit.f); break;
+	default: fj_buf_printf(b, "#b%d", v->lit.b ? 1 : 0); break;
+	}
+}
+
+static void key_type(fj_buf *b, const fj_module *m, const fj_type *t)
+{
+	char tmp[64];
+	fj_buf_printf(b, "%s[", fj_dtype_name(t->dtype));
+	for (int d = 0; d < t->rank; d++) {
+		fj_dim_format(m, t->dims[d], tmp, sizeof tmp);
+		fj_buf_printf(b, "%s%s", d ? "," : "", tmp);
+	}
+	fj_buf_puts(b, "]");
+}
+
+/* A kernel body by its structure alone: values by position (parameter i,
+ * result r of node k), not by name, so that the identical regions of
+ * identical layers share one key, and so one compiled kernel. */
+static void body_key(fj_buf *b, const fj_graph *body)
+{
+	const fj_module *m = body->module;
+	const fj_context *ctx = fj_graph_ctx(body);
+	for (uint32_t i = 0; i < body->nparams; i++) {
+		fj_buf_puts(b, "p:");
+		key_type(b, m, &fj_val(body, body->params[i])->type);
+		fj_buf_puts(b, "\n");
+	}
+	for (uint32_t k = 0; k < body->nnodes; k++) {
+		const fj_node *n = &body->nodes[k];
+		const fj_opinfo *oi = fj_op_info(ctx, n->op);
+		fj_buf_printf(b, "%s(", fj_op_name(n->op));
+		for (uint32_t i = 0; i < n->nopnds; i++) {
+			const fj_value *v = n->opnds[i] == FJ_NOVAL ? NULL : fj_val(body, n->opnds[i]);
+			if (i)
+				fj_buf_puts(b, ",");
+			if (!v)
+				fj_buf_puts(b, "none");
+			else if (v->kind == FJ_VK_LITERAL)
+				key_literal(b, v);
+			else if (v->kind == FJ_VK_PARAM)
+				fj_buf_printf(b, "p%u", v->def);
+			else
+				fj_buf_printf(b, "r%u.%u", v->def, v->res);
+		}
+		fj_buf_puts(b, "){");
+		for (int i = 0; i < oi->nattrs; i++) {
+			const fj_attr *a = n->attrs[i].kind != FJ_AK_ABSENT ? &n->attrs[i] : &oi->attrs[i].dflt;
+			key_attr(b, m, a);
+			fj_buf_puts(b, ";");
+		}
+		fj_buf_puts(b, "}->");
+		for (uint32_t j = 0; j < n->nres; j++)
+			key_type(b, m, &fj_val(body, n->res[j])->type);
+		fj_buf_puts(b, "\n");
+	}
+	fj_buf_puts(b, "yield");
+	for (uint32_t j = 0; j < body->nresults; j++) {
+		const fj_value *v = fj_val(body, body->results[j]);
+		if (v->kind == FJ_VK_LITERAL)
+			key_literal(b, v);
+		else
+			fj_buf_printf(b, v->kind == FJ_VK_PARAM ? " p%u" : " r%u.%u", v->def, v->res);
+	}
+	fj_buf_puts(b, "\n");
+}
+
 void fj_cg_node_key(fj_buf *b, const fj_graph *g, uint32_t node)
 {
 	const fj_node *n = &g->nodes[node];
@@ -248,11 +319,7 @@ void fj_cg_node_key(fj_buf *b, const fj_graph *g, uint32_t node)
 		}
 		const fj_value *v = fj_val(g, n->opnds[i]);
 		if (v->kind == FJ_VK_LITERAL) {
-			switch (v->lit.kind) {
-			case FJ_LIT_INT: fj_buf_printf(b, "#i%lld", (long long)v->lit.i); break;
-			case FJ_LIT_FLOAT: fj_buf_printf(b, "#f%a", v->lit.f); break;
-			default: fj_buf_printf(b, "#b%d", v->lit.b ? 1 : 0); break;
-			}
+			key_literal(b, v);
 			continue;
 		}
 		fj_buf_printf(b, "%s/%u", fj_dtype_name(v->type.dtype), (unsigned)v->type.rank);
@@ -285,21 +352,14 @@ void fj_cg_node_key(fj_buf *b, const fj_graph *g, uint32_t node)
 		/* a fusion.kernel: its schedule, its operand and result shapes (sizes
 		 * the body's symbols are read from) and its printed body */
 		fj_buf_printf(b, "{%s schedule=%s}", FJ_RG_VERSION, n->schedule ? n->schedule : "none");
-		char tmp[64];
 		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
 			fj_vid vv = j < n->nopnds ? n->opnds[j] : n->res[j - n->nopnds];
 			if (vv == FJ_NOVAL || fj_val(g, vv)->kind == FJ_VK_LITERAL)
 				continue;
-			const fj_type *t = &fj_val(g, vv)->type;
-			fj_buf_puts(b, "[");
-			for (int d = 0; d < t->rank; d++) {
-				fj_dim_format(g->module, t->dims[d], tmp, sizeof tmp);
-				fj_buf_printf(b, "%s%s", d ? "," : "", tmp);
-			}
-			fj_buf_puts(b, "]");
+			key_type(b, g->module, &fj_val(g, vv)->type);
 		}
 		fj_buf_puts(b, "\n");
-		fj_print_graph(b, n->body);
+		body_key(b, n->body);
 	}
 }
 
