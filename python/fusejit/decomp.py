@@ -323,7 +323,121 @@ def dropout_rule(conv, n, b):
 
 FUNCTIONS = {dropout_with_seed: dropout_rule}
 
+def _clamp(bound):
+    def rule(conv, n, b):
+        x = conv.operand(b["self"], "aten.clamp_" + bound)
+        v = b[bound]
+        e = _Emit(conv, n)
+        if isinstance(v, torch.fx.Node):  # a tensor bound: maximum/minimum
+            op = "aten.maximum" if bound == "min" else "aten.minimum"
+            conv.names[n] = e.op(op, [x, conv.operand(v, op)], out="%" + n.name)
+        else:
+            conv.names[n] = e.op("aten.clamp", [x], {bound: v}, out="%" + n.name)
+        return e.lines
+    return rule
+
+
+def clamp(conv, n, b):
+    """clamp with a tensor bound (clamp.Tensor): maximum then minimum; a scalar
+    clamp converts as it is."""
+    lo, hi = b.get("min"), b.get("max")
+    if not isinstance(lo, torch.fx.Node) and not isinstance(hi, torch.fx.Node):
+        raise _Plain()
+    e = _Emit(conv, n)
+    x = conv.operand(b["self"], "aten.clamp")
+    for v, op, attr in ((lo, "aten.maximum", "min"), (hi, "aten.minimum", "max")):
+        if isinstance(v, torch.fx.Node):
+            x = e.op(op, [x, conv.operand(v, "aten.clamp")])
+        elif v is not None:
+            x = e.op("aten.clamp", [x], {attr: v})
+    conv.names[n] = e.op("aten.clone", [x], out="%" + n.name)
+    return e.lines
+
+
+def dot(conv, n, b):
+    e = _Emit(conv, n)
+    m = e.op("aten.mul", [conv.operand(b["self"], "aten.dot"), conv.operand(b["tensor"], "aten.dot")])
+    conv.names[n] = e.op("aten.sum", [m], out="%" + n.name)
+    return e.lines
+
+
+def linalg_vector_norm(conv, n, b):
+    """||x||_ord over dims: 2, 1, inf, -inf, 0 and any other p (PyTorch's forms)."""
+    from .fx import UnsupportedOp, meta_type
+    x = conv.operand(b["self"], "aten.linalg_vector_norm")
+    ordv = float(b.get("ord", 2))
+    dims = b.get("dim")
+    attrs = {"keepdim": bool(b.get("keepdim", False))}
+    if dims is not None:
+        attrs["dims"] = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    out_t = meta_type(n)
+    if out_t is None:
+        raise UnsupportedOp(["a norm of unknown dtype"])
+    e = _Emit(conv, n)
+    if b.get("dtype") is not None:
+        x = e.op("aten._to_copy", [x], {"dtype": b["dtype"]})
+    a = e.op("aten.abs", [x])
+    if ordv == float("inf"):
+        r = e.op("aten.amax", [a], attrs)
+    elif ordv == float("-inf"):
+        r = e.op("aten.amin", [a], attrs)
+    elif ordv == 0:
+        nz = e.op("aten._to_copy", [e.op("aten.ne", [x, "0"])], {"dtype": out_t[0]})
+        r = e.op("aten.sum", [nz], attrs)
+    elif ordv == 1:
+        r = e.op("aten.sum", [a], attrs)
+    elif ordv == 2:
+        r = e.op("aten.sqrt", [e.op("aten.sum", [e.op("aten.mul", [x, x])], attrs)])
+    else:
+        p = e.op("aten.pow", [a, fmt_number(ordv)])
+        r = e.op("aten.pow", [e.op("aten.sum", [p], attrs), fmt_number(1.0 / ordv)])
+    conv.names[n] = e.op("aten._to_copy", [r], {"dtype": out_t[0]}, out="%" + n.name)
+    return e.lines
+
+
+def constant_pad_nd(conv, n, b):
+    """pad: (left, right) pairs from the last dim backwards; negative ones crop."""
+    from .fx import UnsupportedOp
+    dt, shape = _shape(conv, b["self"])
+    pad = list(b["pad"])
+    if len(pad) % 2 or len(pad) // 2 > len(shape) or any(not isinstance(p, int) for p in pad):
+        raise UnsupportedOp(["a pad of %r" % (pad,)])
+    e = _Emit(conv, n)
+    x = conv.operand(b["self"], "aten.constant_pad_nd")
+    cur = list(shape)
+    for k in range(len(pad) // 2):
+        d = len(shape) - 1 - k
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        if lo < 0 or hi < 0:
+            start, end = max(-lo, 0), cur[d] - max(-hi, 0)
+            x = e.op("aten.slice", [x], {"dim": d, "start": start, "end": max(end, start)})
+            cur[d] = max(end - start, 0)
+        parts = []
+        for w in (lo, None, hi):
+            if w is None:
+                parts.append(x)
+            elif w > 0:
+                parts.append(e.op("aten.full", [], {"shape": cur[:d] + [w] + cur[d + 1:], "value": b.get("value", 0),
+                                                    "dtype": dt}))
+        if len(parts) > 1:
+            x = e.op("aten.cat", parts, {"dim": d})
+            cur[d] += max(lo, 0) + max(hi, 0)
+    conv.names[n] = e.op("aten.clone", [x], out="%" + n.name)
+    return e.lines
+
+
+def copy(conv, n, b):
+    """copy(self, src): src broadcast to self's shape, in self's dtype."""
+    dt, shape = _shape(conv, b["self"])
+    e = _Emit(conv, n)
+    src = e.op("aten.expand", [conv.operand(b["src"], "aten.copy")], {"size": list(shape)})
+    conv.names[n] = e.op("aten._to_copy", [src], {"dtype": dt}, out="%" + n.name)
+    return e.lines
+
+
 RULES = {
+    "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,
+    "constant_pad_nd": constant_pad_nd, "copy": copy,
     "native_dropout_backward": native_dropout_backward,
     "zeros": _filled(0), "ones": _filled(1), "empty": _filled(0), "full": _filled(None),
     "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),

@@ -548,7 +548,15 @@ def parent_main(args):
     if stop:
         print("opinfo_sweep: stopped (signal %d) after %d of %d ops; reporting those" % (stop[0], ndone, len(tasks)),
               flush=True)
-    report(args, rows, time.time() - t0, logdir)
+    counts = report(args, rows, time.time() - t0, logdir)
+    if args.gate:
+        ran = sum(v for k, v in counts.items() if k != "skipped")
+        bad = counts.get("mismatch", 0) + counts.get("backend_error", 0)
+        if bad or ran < args.gate:
+            print("opinfo_sweep: gate FAILED: %d mismatches, %d backend errors, %d ops run (at least %d wanted)"
+                  % (counts.get("mismatch", 0), counts.get("backend_error", 0), ran, args.gate), file=sys.stderr)
+            sys.exit(1)
+        print("opinfo_sweep: gate passed: %d ops run, 0 mismatches, 0 backend errors" % ran)
 
 
 def op_class(rows):
@@ -656,6 +664,7 @@ def report(args, rows, seconds, logdir):
     for t in top[:20]:
         print("  %4d ops %5d nodes  %s" % (t["ops"], t["nodes"], t["reason"][:200]), file=out)
     print("\nwrote %s and %s" % (args.out, csv_path), file=out)
+    return op_counts
 
 
 def _torch_version():
@@ -678,6 +687,8 @@ def main():
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result-fd", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--report-from", default=None, help="re-render the report of an earlier run's JSON")
+    p.add_argument("--gate", type=int, default=0, metavar="N",
+                   help="exit 1 on any mismatch or backend error, or when fewer than N ops ran (CI)")
     args = p.parse_args()
     if args.report_from:
         with open(args.report_from) as f:
