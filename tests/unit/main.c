@@ -1,6 +1,10 @@
 /* main.c -- runs the unit suites: all of them, or the one named by argv[1]
- * (CTest registers one test per suite). Fork mode, so a crash fails a test. */
+ * (CTest registers one test per suite). Fork mode, so a crash fails a test.
+ * Exits 1 when a test failed, else 77 when a test skipped (fj_test_skip;
+ * CTest's SKIP_RETURN_CODE), else 0. */
+#include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -28,6 +32,29 @@ const char *fj_test_data_dir(void)
 	return d ? d : "tests";
 }
 
+/* The skip log: a temporary file opened before the tests fork, so every
+ * child appends to the same open file (one test runs at a time). */
+static int skip_fd = -1;
+
+void fj_test_skip(const char *test, const char *fmt, ...)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof line, "%s: skipped: ", test);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < sizeof line)
+		n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof line - 1)
+		n = (int)sizeof line - 2;
+	line[n++] = '\n';
+	fwrite(line, 1, (size_t)n, stderr);
+	if (skip_fd < 0 || write(skip_fd, line, (size_t)n) != (ssize_t)n) {
+		fprintf(stderr, "fj-unit: cannot record the skip\n");
+		abort();
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -50,8 +77,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fj-unit: no suite named '%s'\n", argc > 1 ? argv[1] : "");
 		return 1;
 	}
+	FILE *log = tmpfile();
+	if (!log) {
+		perror("fj-unit: tmpfile");
+		return 1;
+	}
+	skip_fd = fileno(log);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	return failed ? 1 : 0;
+	/* the skips again, after check's summary, so CTest's output shows why */
+	char buf[4096];
+	size_t got, skipped = 0;
+	rewind(log);
+	while ((got = fread(buf, 1, sizeof buf, log)) > 0) {
+		if (skipped == 0)
+			fprintf(stderr, "fj-unit: skipped checks (exit 77 unless a test failed):\n");
+		for (size_t i = 0; i < got; i++)
+			skipped += buf[i] == '\n';
+		fwrite(buf, 1, got, stderr);
+	}
+	fclose(log);
+	if (failed)
+		return 1;
+	return skipped ? 77 : 0;
 }

@@ -22,4 +22,10 @@ void *fj_test_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
 /* The directory of tests/ (FJ_TEST_DATA), for data files. */
 const char *fj_test_data_dir(void);
 
+/* Records that the calling test skipped (part of) its checks and why: the
+ * line goes to stderr and to the runner's skip log, and a suite that skipped
+ * anything (and failed nothing) exits 77, which CTest reports as a skip.
+ * The caller returns (or goes on without the checks it cannot make). */
+void fj_test_skip(const char *test, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -63,7 +63,7 @@ END_TEST
 START_TEST(test_stub_library)
 {
 	if (access(STUB, R_OK) != 0) {
-		fprintf(stderr, "test_stub_library: %s absent, skipped\n", STUB);
+		fj_test_skip("test_stub_library", "%s absent (no CUDA toolkit)", STUB);
 		return;
 	}
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -187,7 +187,7 @@ static char *math_kernel_ptx(fj_context *ctx, bool *libdevice, char **llvm_ir)
 START_TEST(test_libdevice_lazy)
 {
 	if (!fj_nvptx_libdevice_path()) {
-		fprintf(stderr, "test_libdevice_lazy: no libdevice, skipped\n");
+		fj_test_skip("test_libdevice_lazy", "no libdevice (FUSEJIT_LIBDEVICE or the CUDA toolkit's)");
 		return;
 	}
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -405,12 +405,12 @@ static char *compile_trig(const char *sm, const char *jobs, int *nv, char entrie
 START_TEST(test_parallel_variants)
 {
 	if (!fj_nvptx_libdevice_path()) {
-		fprintf(stderr, "test_parallel_variants: no libdevice, skipped\n");
+		fj_test_skip("test_parallel_variants", "no libdevice (FUSEJIT_LIBDEVICE or the CUDA toolkit's)");
 		return;
 	}
 	bool have_ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0;
 	if (!have_ptxas)
-		fprintf(stderr, "test_parallel_variants: /usr/local/cuda/bin/ptxas not found, ptxas checks skipped\n");
+		fj_test_skip("test_parallel_variants", "/usr/local/cuda/bin/ptxas not found, its ptxas checks not run");
 	static const char *const sms[] = {"sm_80", "sm_90"};
 	for (int t = 0; t < 2; t++) {
 		int nv = 0, nv1 = 0;
@@ -698,7 +698,7 @@ START_TEST(test_emulated_goldens)
 	snprintf(cases, sizeof cases, "%s/golden/cases", fj_test_data_dir());
 	DIR *d = opendir(cases);
 	if (!d) {
-		fprintf(stderr, "test_emulated_goldens: %s absent, skipped\n", cases);
+		fj_test_skip("test_emulated_goldens", "%s absent", cases);
 		return;
 	}
 	char *names[512];
