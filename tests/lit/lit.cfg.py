@@ -17,6 +17,8 @@ config.environment["PATH"] = os.pathsep.join(
 for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# No disk kernel cache shared with other tests or runs (CTest sets "off").
+config.environment["FUSEJIT_CACHE_DIR"] = os.environ.get("FUSEJIT_CACHE_DIR", "off")
 config.substitutions.append(("%fj_src", config.fj_src_root))
 if shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", "")):
     config.available_features.add("ptxas")

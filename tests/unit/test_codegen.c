@@ -7,6 +7,7 @@
 
 #include "backend_host/host.h"
 #include "build.h"
+#include "cache/kcache.h"
 #include "codegen/cg.h"
 #include "test.h"
 
@@ -1222,14 +1223,24 @@ START_TEST(test_compile_time_50)
 	nodes[nn++] = node_of(&t, op(&t, FJ_OP_ATEN_WHERE, (fj_vid[]){fj_b_bool(&t.b, true), x, w}, 3, NULL, 0));
 	nodes[nn++] = node_of(&t, op(&t, FJ_OP_ATEN_ADDCMUL, (fj_vid[]){x, w, h}, 3, NULL, 0));
 	ck_assert_uint_eq(nn, 50);
+	/* a cold compile: LLVM generates every kernel, none comes from the disk
+	 * cache (its directory is an option of the context, whatever the
+	 * environment's FUSEJIT_CACHE_DIR) */
+	ck_assert_int_eq(fj_kcache_configure(t.ctx, "off", 0), FJ_OK);
 	fj_host_jit *j;
 	ck_assert_int_eq(fj_host_jit_get(t.ctx, &j), FJ_OK); /* the JIT itself is created once per context */
 	fj_host_kernel k[64];
 	uint32_t compiled;
+	uint64_t cnt0[FJ_KC_COUNT], cnt1[FJ_KC_COUNT];
+	fj_kcache_counters(t.ctx, cnt0);
 	double t0 = now_s(), c0 = cpu_s();
 	ck_assert_int_eq(fj_host_compile_nodes(t.ctx, t.g, nodes, nn, k, &compiled), FJ_OK);
 	double t1 = now_s(), c1 = cpu_s();
 	ck_assert_uint_eq(compiled, 50);
+	fj_kcache_counters(t.ctx, cnt1);
+	/* compiled counts disk loads too: the counters tell them apart */
+	ck_assert_uint_eq(cnt1[FJ_KC_KERNELS_COMPILED] - cnt0[FJ_KC_KERNELS_COMPILED], 50);
+	ck_assert_uint_eq(cnt1[FJ_KC_KERNELS_LOADED] - cnt0[FJ_KC_KERNELS_LOADED], 0);
 	ck_assert_int_eq(fj_host_compile_nodes(t.ctx, t.g, nodes, nn, k, &compiled), FJ_OK);
 	double t2 = now_s();
 	ck_assert_uint_eq(compiled, 0);
