@@ -1,6 +1,6 @@
 /* run_golden.c -- fj-golden: runs every golden case in one process.
  *
- *   fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [-jN] [-v] DIR [CASE ...]
+ *   fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]
  *
  * With --passes, each graph first goes through the pipeline (e.g.
  * verify,decompose,canonicalize), is printed, parsed back and verified, and
@@ -30,7 +30,10 @@
  * identical kernels compile once per worker; workers take the next case from
  * a counter in shared memory, and a case that crashes its worker fails alone.
  * Prints one line per failing case and finally `N passed, M failed`
- * (`, K skipped`); exit status 1 on any failure. */
+ * (`, K skipped`); exit status 1 on any failure, and also when no case ran
+ * (passed or failed), when a CASE names no case of DIR, or, with --expect=N,
+ * when DIR does not hold exactly N cases (CTest passes the number of folders
+ * in DIR: a folder without graph.fj, or cases the runner did not find, fail). */
 #include <dirent.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -511,6 +514,7 @@ int main(int argc, char **argv)
 	const char *exname = "aten", *dir = NULL;
 	bool verbose = false;
 	int nfilter = 0, jobs_arg = 0;
+	long expect = -1;
 	char **filter = calloc((size_t)argc, sizeof *filter);
 	for (int i = 1; i < argc; i++) {
 		if (strncmp(argv[i], "--executor=", 11) == 0)
@@ -523,8 +527,10 @@ int main(int argc, char **argv)
 			verbose = true;
 		else if (strncmp(argv[i], "-j", 2) == 0 && argv[i][2])
 			jobs_arg = atoi(argv[i] + 2);
+		else if (strncmp(argv[i], "--expect=", 9) == 0 && argv[i][9])
+			expect = strtol(argv[i] + 9, NULL, 10);
 		else if (argv[i][0] == '-') {
-			fprintf(stderr, "fj-golden: unknown option '%s'\nusage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [-jN] [-v] DIR [CASE ...]\n",
+			fprintf(stderr, "fj-golden: unknown option '%s'\nusage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n",
 			        argv[i]);
 			free(filter);
 			return 2;
@@ -544,7 +550,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!dir) {
-		fprintf(stderr, "usage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [-jN] [-v] DIR [CASE ...]\n");
+		fprintf(stderr, "usage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n");
 		free(filter);
 		return 2;
 	}
@@ -555,7 +561,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	char **names = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, ncases = 0;
+	bool *matched = calloc((size_t)argc, sizeof *matched);
 	for (struct dirent *e; (e = readdir(d));) {
 		if (e->d_name[0] == '.')
 			continue;
@@ -563,9 +570,11 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof path, "%s/%s/graph.fj", dir, e->d_name);
 		if (!exists(path))
 			continue;
+		ncases++;
 		bool want = nfilter == 0;
 		for (int f = 0; f < nfilter; f++)
-			want |= strcmp(filter[f], e->d_name) == 0;
+			if (strcmp(filter[f], e->d_name) == 0)
+				want = matched[f] = true;
 		if (!want)
 			continue;
 		if (n == cap) {
@@ -577,6 +586,19 @@ int main(int argc, char **argv)
 	closedir(d);
 	if (n)
 		qsort(names, n, sizeof *names, cmp_str);
+	/* fewer cases than expected, or a filter that selects nothing: a failure,
+	 * never a pass over what is left */
+	int count_errors = 0;
+	if (expect >= 0 && (long)ncases != expect) {
+		printf("FAIL %s holds %zu cases (a folder with graph.fj), %ld expected\n", dir, ncases, expect);
+		count_errors++;
+	}
+	for (int f = 0; f < nfilter; f++)
+		if (!matched[f]) {
+			printf("FAIL no case named '%s' in %s\n", filter[f], dir);
+			count_errors++;
+		}
+	free(matched);
 	int jobs = jobs_arg > 0 ? jobs_arg : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (jobs < 1)
 		jobs = 1;
@@ -646,9 +668,13 @@ int main(int argc, char **argv)
 	munmap(sh, shsize);
 	if (verbose)
 		printf("%s: %.0f ms, %d workers, %u kernels compiled\n", exname, now_ms() - t0, jobs, kernels);
+	if (passed + failed == 0) {
+		printf("FAIL no case ran (%d skipped)\n", skipped);
+		count_errors++;
+	}
 	if (skipped)
 		printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
 	else
 		printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return failed || count_errors ? 1 : 0;
 }
