@@ -8,6 +8,8 @@
 # PTX file.
 # Skips (exit 77) where the CUDA toolkit's ptxas is absent. Files run in
 # parallel (one job per core); 70-200 s on 2 (shared) cores for ~150 graphs.
+# Fails when it finds no golden or no bench graph, and unless every file of
+# the list was checked by ptxas for every target (nothing checked: a failure).
 opt=$1
 root=$2
 PTXAS=${PTXAS:-/usr/local/cuda/bin/ptxas}
@@ -19,7 +21,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ls "$root"/tests/golden/cases/*/graph.fj "$root"/bench/graphs/*.fj "$root"/bench/partition/*.fj \
 	"$root"/tests/gpu/bench/*.fj 2>/dev/null >"$tmp/list"
-for f in "$root"/bench/graphs/*.fj; do echo "$f train"; done >>"$tmp/list"
+for f in "$root"/bench/graphs/*.fj; do [ -f "$f" ] && echo "$f train"; done >>"$tmp/list"
+ngolden=$(grep -c '/tests/golden/cases/' "$tmp/list")
+nbench=$(grep -c '/bench/graphs/[^ ]*$' "$tmp/list")
+if [ "$ngolden" -eq 0 ] || [ "$nbench" -eq 0 ]; then
+	echo "FAIL: $ngolden golden graphs ($root/tests/golden/cases/*/graph.fj) and $nbench bench graphs ($root/bench/graphs/*.fj) found; none may be missing"
+	exit 1
+fi
 # FJ_TEST_QUICK (the sanitizer build of CI, which the normal build already
 # covered in full): every fourth graph, sm_80 only.
 targets="sm_80 sm_90"
@@ -44,9 +52,17 @@ for sm in $targets; do
 		elif ! "$PTXAS" -arch=$sm "$out" -o /dev/null 2>"$out.err"; then
 			echo "FAIL (ptxas -arch=$sm, $pipe): $f: $(head -c 400 "$out.err")"
 			echo x >>"$tmp/failed"
+		else
+			echo x >>"$tmp/checked"
 		fi' <"$tmp/list"
 done
-failed=0
+failed=0 checked=0 expected=0
 [ -f "$tmp/failed" ] && failed=$(wc -l <"$tmp/failed")
-echo "ptxas: $n graphs and pipelines x ($targets), $failed failed, $(( $(date +%s) - start )) s"
+[ -f "$tmp/checked" ] && checked=$(wc -l <"$tmp/checked")
+for sm in $targets; do expected=$((expected + n)); done
+echo "ptxas: $n graphs and pipelines x ($targets), $checked of $expected checked, $failed failed, $(( $(date +%s) - start )) s"
+if [ "$checked" -eq 0 ] || [ "$checked" -ne "$expected" ]; then
+	echo "FAIL: ptxas checked $checked PTX files of $expected"
+	exit 1
+fi
 [ "$failed" -eq 0 ]
