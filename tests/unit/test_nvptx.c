@@ -714,6 +714,8 @@ START_TEST(test_emulated_goldens)
 	fj_nvptx_emu *emu = NULL;
 	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
 	int pass = 0, fail = 0, skip = 0;
+	size_t marked = 0, ran_default = 0; /* the default mode's skip markers and runs */
+	bool mode_known = !only_mode, case_known = !only;
 	double t0 = now_us();
 	/* the sizes pick the variants (small goldens: mostly a thread per row,
 	 * 16-byte vectors, tensor cores for f16/bf16 matmuls); then force the
@@ -726,6 +728,8 @@ START_TEST(test_emulated_goldens)
 	for (size_t i = 0; i < n; i++) {
 		if (only_mode && strcmp(only_mode, modes[mi] ? modes[mi] : "default") != 0)
 			continue;
+		mode_known = true;
+		case_known |= only && strcmp(only, names[i]) == 0;
 		if (modes[mi])
 			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
 		else
@@ -739,6 +743,7 @@ START_TEST(test_emulated_goldens)
 		skipped |= stat(mark, &sb) == 0;
 		if (skipped || (only && strcmp(only, names[i]) != 0)) {
 			skip++;
+			marked += skipped && !modes[mi];
 			continue;
 		}
 		if (modes[mi] && !has_variants(dir, strcmp(modes[mi], "bpr") == 0))
@@ -755,6 +760,7 @@ START_TEST(test_emulated_goldens)
 		} else {
 			pass++;
 		}
+		ran_default += !modes[mi];
 		free(why);
 	}
 	unsetenv("FUSEJIT_NVPTX_VARIANTS");
@@ -766,6 +772,14 @@ START_TEST(test_emulated_goldens)
 	fj_nvptx_emu_destroy(emu);
 	fj_context_destroy(ctx);
 	ck_assert_int_eq(fail, 0);
+	/* a filter that selects nothing, or fewer cases than the folder holds: a
+	 * failure, never a pass over what is left */
+	ck_assert_msg(mode_known, "FJ_EMU_MODE=%s: no such mode (default, bpr, reg, col, split)", only_mode);
+	ck_assert_msg(case_known, "FJ_EMU_CASE=%s: no such case in %s", only, cases);
+	ck_assert_msg(pass > 0, "no emulated golden ran (%d skipped)", skip);
+	if (!only && (!only_mode || strcmp(only_mode, "default") == 0))
+		ck_assert_msg(ran_default + marked == n, "default mode: %zu cases ran and %zu are marked skip of %zu", ran_default,
+		              marked, n);
 }
 END_TEST
 
