@@ -13,7 +13,10 @@
  * the thread pool and on programs shared between threads: each thread also
  * runs, once per case, a program compiled by the thread before it (a shared
  * table). The disk cache goes to a fresh temporary directory. Exit 0 when
- * every run matched. Meant to run under ThreadSanitizer and ASan. */
+ * every run matched and every run happened: C cases (all of DIR's that no
+ * skip marker excludes, at least one), each run R * (2N - 1) times (N own
+ * compiles, and the shared program by every thread but the one that
+ * published it). Meant to run under ThreadSanitizer and ASan. */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -197,6 +200,7 @@ int main(int argc, char **argv)
 	}
 	closedir(d);
 	qsort(names, n, sizeof *names, cmp_str);
+	size_t navail = n;
 	if (maxcases > 0 && (size_t)maxcases < n) { /* every (n/maxcases)-th case */
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++) {
@@ -245,5 +249,17 @@ int main(int argc, char **argv)
 	printf("%d threads, %zu cases, %d runs, %d failures; kernels compiled %llu, memory hits %llu, disk stores %llu\n",
 	       nthreads, ncases, atomic_load(&runs), atomic_load(&failures), (unsigned long long)cs.kernels_compiled,
 	       (unsigned long long)cs.memory_hits, (unsigned long long)cs.disk_stores);
-	return atomic_load(&failures) ? 1 : 0;
+	/* every case and every run, not just no failures among those that ran */
+	size_t want_cases = maxcases > 0 && (size_t)maxcases < navail ? (size_t)maxcases : navail;
+	size_t want_runs = ncases * (2 * (size_t)nthreads * (size_t)rounds - 1);
+	bool counts_ok = true;
+	if (ncases == 0 || ncases != want_cases) {
+		printf("FAIL: %zu cases, %zu expected (at least one)\n", ncases, want_cases);
+		counts_ok = false;
+	}
+	if ((size_t)atomic_load(&runs) != want_runs) {
+		printf("FAIL: %d runs, %zu expected\n", atomic_load(&runs), want_runs);
+		counts_ok = false;
+	}
+	return atomic_load(&failures) || !counts_ok ? 1 : 0;
 }
