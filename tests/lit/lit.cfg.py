@@ -20,5 +20,8 @@ for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", "TMPDIR"):
 # No disk kernel cache shared with other tests or runs (CTest sets "off").
 config.environment["FUSEJIT_CACHE_DIR"] = os.environ.get("FUSEJIT_CACHE_DIR", "off")
 config.substitutions.append(("%fj_src", config.fj_src_root))
-if shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", "")):
+# The CUDA toolkit's ptxas: feature `ptxas` (REQUIRES: ptxas) and %ptxas.
+ptxas = shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", ""))
+if ptxas:
     config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))
