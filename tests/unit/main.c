@@ -1,7 +1,7 @@
 /* main.c -- runs the unit suites: all of them, or the one named by argv[1]
  * (CTest registers one test per suite). Fork mode, so a crash fails a test.
- * Exits 1 when a test failed, else 77 when a test skipped (fj_test_skip;
- * CTest's SKIP_RETURN_CODE), else 0. */
+ * Exits 1 when a test failed or none ran, else 77 when a test skipped
+ * (fj_test_skip; CTest's SKIP_RETURN_CODE), else 0. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -85,6 +85,11 @@ int main(int argc, char **argv)
 	skip_fd = fileno(log);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
+	/* check's CK_RUN_CASE or CK_INCLUDE_TAGS can select no test: a failure */
+	if (srunner_ntests_run(sr) == 0) {
+		fprintf(stderr, "fj-unit: no test ran (CK_RUN_CASE, CK_INCLUDE_TAGS?)\n");
+		failed = 1;
+	}
 	srunner_free(sr);
 	/* the skips again, after check's summary, so CTest's output shows why */
 	char buf[4096];
