@@ -57,17 +57,6 @@ def make(name):
     return T.LlamaForCausalLM(cfg), (torch.randint(0, 1000, (4, 128)),)
 
 
-def tensors(out):
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    if isinstance(out, dict):
-        out = list(out.values())
-    return [t for o in out for t in tensors(o)] if isinstance(out, (list, tuple)) else []
-
-
 def median_ms(fn, reps):
     fn()
     ts = []
@@ -84,14 +73,13 @@ def worker(name, system, reps, threads):
     import torch
     torch.set_num_threads(threads)
     os.environ.setdefault("FUSEJIT_THREADS", str(threads))
-    if system == "fusejit":
-        import fusejit.torch  # noqa: F401  (registers the backend)
+    from fusejit.torch import output_tensors  # and registers the backends
     model, inputs = make(name)
     model.train()
     run = model if system == "eager" else torch.compile(
         model, backend="fusejit_host" if system == "fusejit" else "inductor", dynamic=False)
     t0 = time.perf_counter()
-    outs = tensors(run(*inputs))
+    outs = output_tensors(run(*inputs))
     torch.manual_seed(1)
     tangents = [torch.randn_like(o) for o in outs]
     torch.autograd.backward(outs, tangents)
@@ -102,7 +90,7 @@ def worker(name, system, reps, threads):
             run(*inputs)
 
     def train():
-        torch.autograd.backward(tensors(run(*inputs)), tangents)
+        torch.autograd.backward(output_tensors(run(*inputs)), tangents)
 
     res = {"model": name, "system": system, "compile_s": first, "fwd_ms": median_ms(fwd, reps),
            "train_ms": median_ms(train, reps),

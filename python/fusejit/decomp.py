@@ -206,14 +206,24 @@ def _sum_heads(e, x, B, Hk, G, S, E, out):
     return e.op("aten.sum", [x], {"dims": [2]}, out=out)
 
 
+class _Attention:
+    """One attention call's operands and sizes: q, k and v (k and v with each
+    key head repeated for its G query heads), and the masked, scaled scores."""
+
+    def __init__(self, conv, n, b, what):
+        (self.B, H, self.L, self.E), self.Hk, self.S, self.scale = _qkv(conv, b, what)
+        self.G = H // self.Hk
+        self.e = e = _Emit(conv, n)
+        dims = (self.B, self.Hk, self.G, self.S, self.E)
+        self.q = conv.operand(b["query"], what)
+        self.k = _expand_heads(e, conv.operand(b["key"], what), *dims)
+        self.v = _expand_heads(e, conv.operand(b["value"], what), *dims)
+        self.s = _attention_scores(conv, e, b, self.q, self.k, self.L, self.S, self.E, self.scale)
+
+
 def sdpa_flash_cpu(conv, n, b):
-    (B, H, L, E), Hk, S, scale = _qkv(conv, b, "attention")
-    G = H // Hk
-    e = _Emit(conv, n)
-    q = conv.operand(b["query"], "attention")
-    k = _expand_heads(e, conv.operand(b["key"], "attention"), B, Hk, G, S, E)
-    v = _expand_heads(e, conv.operand(b["value"], "attention"), B, Hk, G, S, E)
-    s = _attention_scores(conv, e, b, q, k, L, S, E, scale)
+    a = _Attention(conv, n, b, "attention")
+    e, s, v = a.e, a.s, a.v
     lse = e.op("aten.logsumexp", [s], {"dims": [-1]}, out="%%%s.1" % n.name)
     l4 = e.op("aten.unsqueeze", [lse], {"dim": -1})
     p = e.op("aten.exp", [e.op("aten.sub", [s, l4])])
@@ -223,16 +233,12 @@ def sdpa_flash_cpu(conv, n, b):
 
 
 def sdpa_flash_cpu_backward(conv, n, b):
-    (B, H, L, E), Hk, S, scale = _qkv(conv, b, "attention backward")
-    G = H // Hk
-    e = _Emit(conv, n)
-    q = conv.operand(b["query"], "attention")
-    k = _expand_heads(e, conv.operand(b["key"], "attention"), B, Hk, G, S, E)
-    v = _expand_heads(e, conv.operand(b["value"], "attention"), B, Hk, G, S, E)
+    a = _Attention(conv, n, b, "attention backward")
+    e, s, q, k, v, scale = a.e, a.s, a.q, a.k, a.v, a.scale
+    B, Hk, G, S, E = a.B, a.Hk, a.G, a.S, a.E
     go = conv.operand(b["grad_out"], "attention")
     o = conv.operand(b["out"], "attention")
     lse = conv.operand(b["logsumexp"], "attention")
-    s = _attention_scores(conv, e, b, q, k, L, S, E, scale)
     p = e.op("aten.exp", [e.op("aten.sub", [s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
     pt = e.op("aten.transpose", [p], {"dim0": -2, "dim1": -1})
     dv = e.op("aten.matmul", [pt, go])

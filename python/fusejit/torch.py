@@ -541,7 +541,7 @@ class Explanation:
     __repr__ = __str__
 
 
-def _tensors(out):
+def output_tensors(out):
     """The tensors of a model's output: a tensor, a list/tuple/dict of them, or a
     ModelOutput (transformers)."""
     if isinstance(out, torch.Tensor):
@@ -551,7 +551,7 @@ def _tensors(out):
     if isinstance(out, dict):
         out = list(out.values())
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _tensors(o)]
+        return [t for o in out for t in output_tensors(o)]
     return []
 
 
@@ -571,7 +571,7 @@ def explain(fn, *inputs, executor="host", **kwinputs):
             compiled = aot_fusejit_module(fn, executor=executor)
         else:
             compiled = aot_fusejit(fn, executor=executor)
-        outs = [o for o in _tensors(compiled(*inputs, **kwinputs)) if o.requires_grad]
+        outs = [o for o in output_tensors(compiled(*inputs, **kwinputs)) if o.requires_grad]
         leaves = [t for t in list(inputs) + (list(fn.parameters()) if isinstance(fn, torch.nn.Module) else [])
                   if isinstance(t, torch.Tensor) and t.requires_grad]
         if outs and leaves:

@@ -18,16 +18,6 @@ def rel_l2(a, b):
     return float((a - b).norm() / (n if n > 0 else 1.0))
 
 
-def flat(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    if isinstance(out, dict):
-        out = list(out.values())
-    return [t for o in out for t in flat(o)] if isinstance(out, (list, tuple)) else []
-
-
 def check_model(make, *inputs, tol=1e-4):
     torch.manual_seed(0)
     eager = make().train()
@@ -35,8 +25,8 @@ def check_model(make, *inputs, tol=1e-4):
     fused.load_state_dict(eager.state_dict())
     torch._dynamo.reset()
     compiled = torch.compile(fused, backend="fusejit_host", dynamic=False)
-    ref = flat(eager(*inputs))
-    out = flat(compiled(*inputs))
+    ref = fjt.output_tensors(eager(*inputs))
+    out = fjt.output_tensors(compiled(*inputs))
     assert len(out) == len(ref) > 0
     for o, r in zip(out, ref):
         assert o.shape == r.shape and o.dtype == r.dtype
