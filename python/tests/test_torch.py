@@ -312,3 +312,31 @@ def test_empty_tensors():
     check(lambda x: torch.tanh(x) * 2.0, rnd(0, 4))
     out = through_fusejit(lambda x, y: (x + 1.0, y.sum(0)))(torch.randn(0, 3), torch.randn(0, 5))
     assert out[0].shape == (0, 3) and out[1].shape == (5,) and out[1].abs().max() == 0
+
+
+@pytest.mark.skipif(not fjt.REGISTERED, reason="torch.compile needs PyTorch 2.x (dynamo)")
+def test_autocast_bf16_matches_eager():
+    if FRONT != "torch.compile":
+        pytest.skip("autocast graphs come through torch.compile")
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                                   torch.nn.Linear(64, 8))
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+    eager, fused = make(), make()
+    x = torch.randn(16, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = eager(x)
+        out = torch.compile(fused, backend="fusejit_host", dynamic=False)(x)
+        ex = fjt.explain(fused, x)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    assert rel(out, ref) <= 1e-2  # IR.md's bf16 tolerance
+    t = torch.randn_like(ref.float()).to(torch.bfloat16)
+    ref.backward(t)
+    out.backward(t)
+    for p, q in zip(fused.parameters(), eager.parameters()):
+        assert rel(p.grad, q.grad) <= 1e-2
+    assert not ex.fallback, str(ex)
