@@ -340,3 +340,29 @@ def test_autocast_bf16_matches_eager():
     for p, q in zip(fused.parameters(), eager.parameters()):
         assert rel(p.grad, q.grad) <= 1e-2
     assert not ex.fallback, str(ex)
+
+
+@pytest.mark.skipif(not fjt.REGISTERED, reason="torch.compile needs PyTorch 2.x (dynamo)")
+def test_bad_inputs_fall_back_with_their_reason():
+    if FRONT != "torch.compile":
+        pytest.skip("explain runs through torch.compile")
+    # complex: not a fusejit dtype; the region around it still runs in fusejit
+    z = torch.randn(4, 3, dtype=torch.complex64)
+    f = lambda a: (a * 2).abs() + 1.0  # noqa: E731
+    torch.testing.assert_close(torch.compile(f, backend="fusejit_host")(z), f(z))
+    ex = fjt.explain(f, z)
+    assert any("complex64" in why for _, _, why in ex.fallback), str(ex)
+    # overlapping (expanded) and non-contiguous inputs run in place
+    x = torch.randn(4, 1).expand(4, 6)
+    y = torch.randn(6, 4).t()
+    g = lambda a, b: torch.tanh(a) * b  # noqa: E731
+    torch.testing.assert_close(torch.compile(g, backend="fusejit_host")(x, y), g(x, y))
+    # a dtype fusejit lacks as an operand (uint32 where this PyTorch has it)
+    if hasattr(torch, "uint32"):
+        u = torch.tensor([1, 2, 3], dtype=torch.uint32)
+        h = lambda a: a * 2  # noqa: E731
+        try:
+            want = h(u)
+        except (NotImplementedError, RuntimeError):
+            return  # no eager kernel to compare with on this PyTorch
+        assert torch.equal(torch.compile(h, backend="fusejit_host")(u), want)
