@@ -122,24 +122,17 @@ def unbind(conv, n, b):
 
 def cat(conv, n, b):
     """PyTorch's cat skips legacy 1-D empty operands ([0]) beside others."""
-    from .fx import UnsupportedOp
     ts = list(b["tensors"])
-    ranks = [len(_shape(conv, t)[1]) for t in ts]
-    keep = [t for t, r in zip(ts, ranks) if not (r == 1 and _shape(conv, t)[1] == (0,))]
-    if not keep:
-        keep = ts[:1]
+    keep = [t for t in ts if _shape(conv, t)[1] != (0,)] or ts[:1]
     if len(keep) == len(ts):
         raise _Plain()
     e = _Emit(conv, n)
-    rank = len(_shape(conv, keep[0])[1])
-    d = _dim(b.get("dim", 0), rank)
+    d = _dim(b.get("dim", 0), len(_shape(conv, keep[0])[1]))
     ops = [conv.operand(t, "aten.cat") for t in keep]
     if len(ops) == 1:
         conv.names[n] = e.op("aten.clone", ops, out="%" + n.name)
     else:
         conv.names[n] = e.op("aten.cat", ops, {"dim": d}, out="%" + n.name)
-    if not e.lines:
-        raise UnsupportedOp(["aten.cat"])
     return e.lines
 
 

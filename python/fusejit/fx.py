@@ -118,10 +118,10 @@ def meta_type(node):
     m = node.meta
     v = m.get("val", None)
     if v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):
-        return v.dtype, tuple(s if isinstance(s, int) else s for s in v.shape)
+        return v.dtype, tuple(v.shape)
     tm = m.get("tensor_meta", None)
     if tm is not None and hasattr(tm, "shape"):
-        return tm.dtype, tuple(s for s in tm.shape)
+        return tm.dtype, tuple(tm.shape)
     return None
 
 
@@ -149,11 +149,21 @@ def meta_stride(node):
         return None
 
 
+def meta_values(node):
+    """A node's value(s) from its meta ('val', else 'tensor_meta'), as a list:
+    one for a tensor (a TensorMetadata is a tuple too), each of a multi-output op's."""
+    v = node.meta.get("val", node.meta.get("tensor_meta", None))
+    return [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else list(v)
+
+
+def is_convertible_call(n):
+    """An ATen op, or one of the bridge's own functions that has a rule (decomp.FUNCTIONS)."""
+    return n.op == "call_function" and (isinstance(n.target, torch._ops.OpOverload) or n.target in _decomp.FUNCTIONS)
+
+
 def meta_device(node):
     """The device of a node's tensor value(s) from its meta, or None."""
-    v = node.meta.get("val", None)
-    vs = [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else v
-    for x in vs:
+    for x in meta_values(node):
         if isinstance(x, torch.Tensor):
             return x.device
     return None
@@ -210,8 +220,7 @@ class Converter:
                 src, idx = n.args
                 self.names[n] = self.names[src][idx] if isinstance(self.names.get(src), list) else None
                 continue
-            if n.op != "call_function" or not (isinstance(n.target, torch._ops.OpOverload) or
-                                                n.target in _decomp.FUNCTIONS):
+            if not is_convertible_call(n):
                 unsupported.append("%s %s" % (n.op, getattr(n.target, "__name__", n.target)))
                 self.failed.add(n)
                 continue
@@ -255,11 +264,9 @@ class Converter:
             return "a module call (%s)" % n.target
         if n.op != "call_function":
             return "not an ATen call (%s)" % n.op
-        if not isinstance(n.target, torch._ops.OpOverload) and n.target not in _decomp.FUNCTIONS:
+        if not is_convertible_call(n):
             return "not an ATen op (%s)" % getattr(n.target, "__name__", n.target)
-        v = n.meta.get("val", n.meta.get("tensor_meta", None))
-        vals = [v] if hasattr(v, "dtype") or not isinstance(v, (list, tuple)) else v
-        for x in vals:
+        for x in meta_values(n):
             if x is None:
                 continue
             if not hasattr(x, "dtype") or not hasattr(x, "shape"):

@@ -16,6 +16,7 @@ kernel launch would gain nothing there.
 Cost: O(nodes * regions) set work; the graphs torch.compile hands over have
 at most a few thousand nodes.
 """
+import heapq
 import operator
 
 import torch
@@ -191,7 +192,6 @@ def rebuild(gm, regions, make_call):
             if a != b and b not in succ[a]:
                 succ[a].add(b)
                 indeg[b] += 1
-    import heapq
     first = [min(order[n] for n in u[1]) for u in units]
     heap = [(first[i], i) for i in range(len(units)) if indeg[i] == 0]
     heapq.heapify(heap)
@@ -218,5 +218,4 @@ def rebuild(gm, regions, make_call):
                 heapq.heappush(heap, (first[j], j))
     if done != len(units):
         raise RuntimeError("fusejit: the regions of a graph form a cycle (a bug in fusejit.partition)")
-    out = torch.fx.GraphModule(gm, ng)
-    return out
+    return torch.fx.GraphModule(gm, ng)

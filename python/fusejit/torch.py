@@ -229,9 +229,7 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     _fx.ensure_meta(gm, example_inputs)
     _decomp.seed_dropouts(gm)
     conv = _fx.Converter(ctx)
-    device = EXECUTOR_DEVICE.get(executor)
-    if device is None:
-        device = "cuda" if _auto_is_nvptx() else "cpu"
+    device = _device(executor)
     reasons = {}
     for n in gm.graph.nodes:
         if n.op == "call_function" and not _part.is_getitem(n):
@@ -315,6 +313,11 @@ def _threads():
     return max(1, torch.get_num_threads())
 
 
+def _device(executor):
+    """The torch device an executor's tensors live on ("auto": the one it picks here)."""
+    return EXECUTOR_DEVICE.get(executor) or ("cuda" if _auto_is_nvptx() else "cpu")
+
+
 @functools.lru_cache(maxsize=None)
 def _auto_is_nvptx():
     """Whether executor "auto" picks nvptx here (a CUDA driver and a GPU)."""
@@ -377,7 +380,7 @@ def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
     ctx = context()
     primals, second = joint_inputs
     nprim = len(primals)
-    device = EXECUTOR_DEVICE.get(executor) or ("cuda" if _auto_is_nvptx() else "cpu")
+    device = _device(executor)
     places = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
     out = [n for n in joint_gm.graph.nodes if n.op == "output"][0].args[0]
     outs = list(out)
