@@ -498,7 +498,19 @@ fj_status fj_context_set_cache(fj_context *ctx, const char *dir, uint64_t max_by
 {
 	if (!ctx)
 		return FJ_ERR_INVALID;
-	return fj_kcache_configure(ctx, dir, max_bytes);
+	fj_status st = fj_context_set_option(ctx, "cache_dir", dir);
+	if (st != FJ_OK)
+		return st;
+	if (max_bytes) {
+		char mb[32];
+		snprintf(mb, sizeof mb, "%llu", (unsigned long long)((max_bytes + (1u << 20) - 1) >> 20));
+		st = fj_context_set_option(ctx, "cache_max_mb", mb);
+	} else {
+		st = fj_context_set_option(ctx, "cache_max_mb", NULL);
+	}
+	if (st != FJ_OK)
+		return st;
+	return fj_kcache_configure(ctx, NULL, max_bytes);
 }
 
 void fj_context_cache_stats(fj_context *ctx, fj_cache_stats *out)

@@ -55,16 +55,11 @@ typedef struct fj_host_pool {
 	int32_t err;
 } fj_host_pool;
 
-static int detect_cores(void)
+static int detect_cores(fj_context *ctx)
 {
-	const char *env = getenv("FUSEJIT_THREADS");
-	if (env && *env) {
-		char *end;
-		errno = 0;
-		long v = strtol(env, &end, 10);
-		if (!errno && *end == 0 && v > 0)
-			return v > FJ_POOL_MAX_THREADS ? FJ_POOL_MAX_THREADS : (int)v;
-	}
+	int v = fj_context_settings(ctx)->threads;
+	if (v > 0)
+		return v > FJ_POOL_MAX_THREADS ? FJ_POOL_MAX_THREADS : v;
 	int n = 0;
 	cpu_set_t set;
 	if (sched_getaffinity(0, sizeof set, &set) == 0)
@@ -154,7 +149,7 @@ static fj_status pool_create(fj_context *ctx, void **out)
 	memset(p, 0, sizeof *p);
 	p->ctx = ctx;
 	p->pid = getpid();
-	p->nthreads = detect_cores();
+	p->nthreads = detect_cores(ctx);
 	p->workers = fj_alloc(ctx, (size_t)(p->nthreads > 1 ? p->nthreads - 1 : 1) * sizeof *p->workers);
 	if (!p->workers) {
 		fj_free(ctx, p, sizeof *p);

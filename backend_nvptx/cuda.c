@@ -144,7 +144,7 @@ static fj_status fail(fj_cu *cu, const char *fmt, ...)
 
 static fj_status open_driver(fj_cu *cu, const char *path)
 {
-	const char *libname = path ? path : getenv("FUSEJIT_LIBCUDA");
+	const char *libname = path ? path : fj_context_settings(cu->ctx)->libcuda;
 	if (!libname || !*libname)
 		libname = "libcuda.so.1";
 	cu->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);

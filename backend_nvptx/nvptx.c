@@ -141,9 +141,9 @@ fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out)
 	return st;
 }
 
-const char *fj_nvptx_libdevice_path(void)
+const char *fj_nvptx_libdevice_path(fj_context *ctx)
 {
-	const char *e = getenv("FUSEJIT_LIBDEVICE");
+	const char *e = fj_context_settings(ctx)->libdevice;
 	if (e && *e) {
 		if (strcmp(e, "none") == 0)
 			return NULL;
@@ -158,7 +158,7 @@ static void libdevice_load(fj_nvptx_state *s)
 	if (s->libdevice_tried)
 		return;
 	s->libdevice_tried = true;
-	const char *path = fj_nvptx_libdevice_path();
+	const char *path = fj_nvptx_libdevice_path(s->ctx);
 	if (!path)
 		return;
 	FILE *f = fopen(path, "rb");
@@ -311,7 +311,7 @@ static fj_status link_libdevice(fj_nvptx_comp *c)
 	LLVMModuleRef lib = NULL;
 	if (LLVMGetBitcodeModuleInContext2(c->llctx, mb, &lib)) /* takes mb */
 		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: cannot read libdevice (%s)",
-		                       fj_nvptx_libdevice_path() ? fj_nvptx_libdevice_path() : "?");
+		                       fj_nvptx_libdevice_path(c->ctx) ? fj_nvptx_libdevice_path(c->ctx) : "?");
 	LLVMSetTarget(lib, TRIPLE);
 	LLVMSetDataLayout(lib, LLVMGetDataLayoutStr(c->mod));
 	for (LLVMValueRef f = LLVMGetFirstFunction(lib); f; f = LLVMGetNextFunction(f))

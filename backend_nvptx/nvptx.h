@@ -96,7 +96,7 @@ LLVMValueRef fj_nvptx_shared(fj_cg *cg, LLVMTypeRef ty, unsigned n, const char *
 fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out);
 /* Path of libdevice: $FUSEJIT_LIBDEVICE, else the CUDA toolkit's; NULL when
  * none is readable (FUSEJIT_LIBDEVICE=none forces the fallback). */
-const char *fj_nvptx_libdevice_path(void);
+const char *fj_nvptx_libdevice_path(fj_context *ctx);
 
 /* ---- fused regions -> PTX (region_gpu.c) ---- */
 

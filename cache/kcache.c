@@ -68,39 +68,17 @@ uint64_t fj_kcache_hash(const void *data, size_t n, uint64_t seed)
 
 /* ---- the per-context object ---- */
 
-static char *default_dir(void)
+/* The settings' directory (a malloc'd copy), or NULL when the disk cache is off. */
+static char *default_dir(fj_context *ctx)
 {
-	const char *env = getenv("FUSEJIT_CACHE_DIR");
-	char buf[4096];
-	if (env) {
-		if (!*env || strcmp(env, "off") == 0)
-			return NULL;
-		return strdup(env);
-	}
-	const char *xdg = getenv("XDG_CACHE_HOME");
-	if (xdg && *xdg) {
-		snprintf(buf, sizeof buf, "%s/fusejit", xdg);
-		return strdup(buf);
-	}
-	const char *home = getenv("HOME");
-	if (home && *home) {
-		snprintf(buf, sizeof buf, "%s/.cache/fusejit", home);
-		return strdup(buf);
-	}
-	return NULL;
+	const char *d = fj_context_settings(ctx)->cache_dir;
+	return d && *d && strcmp(d, "off") != 0 ? strdup(d) : NULL;
 }
 
-static uint64_t default_max(void)
+static uint64_t default_max(fj_context *ctx)
 {
-	const char *env = getenv("FUSEJIT_CACHE_MAX_MB");
-	if (env && *env) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(env, &end, 10);
-		if (!errno && !*end)
-			return (uint64_t)v << 20;
-	}
-	return (uint64_t)KC_DEFAULT_MB << 20;
+	uint64_t m = fj_context_settings(ctx)->cache_max_bytes;
+	return m ? m : (uint64_t)KC_DEFAULT_MB << 20;
 }
 
 static void kc_destroy(fj_context *ctx, void *p)
@@ -118,8 +96,8 @@ static fj_status kc_create(fj_context *ctx, void **out)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory creating the kernel cache");
 	memset(kc, 0, sizeof *kc);
 	pthread_mutex_init(&kc->lock, NULL);
-	kc->dir = default_dir();
-	kc->max_bytes = default_max();
+	kc->dir = default_dir(ctx);
+	kc->max_bytes = default_max(ctx);
 	for (int i = 0; i < FJ_KC_COUNT; i++)
 		atomic_init(&kc->counters[i], 0);
 	atomic_init(&kc->total, 0);
@@ -157,14 +135,14 @@ fj_status fj_kcache_configure(fj_context *ctx, const char *dir, uint64_t max_byt
 		return FJ_ERR_NOMEM;
 	char *nd = NULL;
 	if (!dir)
-		nd = default_dir();
+		nd = default_dir(ctx);
 	else if (*dir && strcmp(dir, "off") != 0 && !(nd = strdup(dir)))
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	pthread_mutex_lock(&kc->lock);
 	free(kc->dir);
 	kc->dir = nd;
 	kc->configured = true;
-	kc->max_bytes = max_bytes ? max_bytes : default_max();
+	kc->max_bytes = max_bytes ? max_bytes : default_max(ctx);
 	atomic_store(&kc->total, 0);
 	pthread_mutex_unlock(&kc->lock);
 	return FJ_OK;

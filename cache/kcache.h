@@ -5,9 +5,10 @@
  * include runtime/ (ARCHITECTURE.md: one direction only); it depends on ir/
  * and libc only, never on LLVM.
  *
- * Place: fj_context_set_cache_dir(), else $FUSEJIT_CACHE_DIR, else
- * $XDG_CACHE_HOME/fusejit, else $HOME/.cache/fusejit. The value "off" (or an
- * empty string) disables the disk cache; the in-memory caches stay.
+ * Place: the context's setting cache_dir (fj_context_set_cache or the option
+ * "cache_dir"; by default $FUSEJIT_CACHE_DIR, else $XDG_CACHE_HOME/fusejit,
+ * else $HOME/.cache/fusejit). The value "off" (or an empty string) disables
+ * the disk cache; the in-memory caches stay.
  *
  * Entries: one file per (kind, key), named <kind>-<128-bit hash>.fjc, where
  * the hash is over the kind, the key and FUSEJIT_VERSION. Callers put
@@ -23,7 +24,7 @@
  * counted as corrupt, deleted and reported as a miss, so the caller rebuilds
  * and stores it again: it is never trusted.
  *
- * Size cap: FUSEJIT_CACHE_MAX_MB (default 256). After a store that brings the
+ * Size cap: the setting cache_max_mb (default $FUSEJIT_CACHE_MAX_MB, else 256). After a store that brings the
  * directory over the cap, the least recently used entries (oldest mtime;
  * every hit touches its entry's mtime) are deleted until it is under 90% of
  * the cap.
@@ -49,8 +50,8 @@ void fj_kcache_store(fj_context *ctx, const char *kind, const void *key, size_t 
                      size_t len);
 /* The directory in use, or NULL when the disk cache is off. */
 const char *fj_kcache_dir(fj_context *ctx);
-/* Sets the directory (NULL: back to the environment's; "off": disabled) and
- * the cap in bytes (0: FUSEJIT_CACHE_MAX_MB or its default). */
+/* Sets the directory (NULL: the settings'; "off": disabled) and the cap in
+ * bytes (0: the settings'). */
 fj_status fj_kcache_configure(fj_context *ctx, const char *dir, uint64_t max_bytes);
 
 /* Counters (see fusejit.h's fj_cache_stats). */

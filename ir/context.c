@@ -46,7 +46,7 @@ const char *fj_status_name(fj_status s)
 	return "FJ_ERR_UNKNOWN";
 }
 
-fj_context *fj_context_create(fj_alloc_fn alloc, void *alloc_ud)
+fj_context *fj_context_new(fj_alloc_fn alloc, void *alloc_ud)
 {
 	if (!alloc)
 		alloc = default_alloc;
@@ -56,6 +56,7 @@ fj_context *fj_context_create(fj_alloc_fn alloc, void *alloc_ud)
 	memset(ctx, 0, sizeof *ctx);
 	ctx->alloc = alloc;
 	ctx->alloc_ud = alloc_ud;
+	ctx->settings.cache_max_bytes = (uint64_t)256 << 20;
 	pthread_mutexattr_t attr;
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -80,8 +81,17 @@ void fj_context_destroy(fj_context *ctx)
 		tl_error.ctx = NULL;
 	pthread_mutex_destroy(&ctx->lock);
 	fj_op_table_free(ctx);
+	fj_settings *st = &ctx->settings;
+	char **strs[] = {&st->cache_dir, &st->nvptx_variants, &st->libdevice, &st->libcuda, &st->nvptx_target,
+	                 &st->nvptx_device};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(strs); i++)
+		if (*strs[i])
+			fj_free(ctx, *strs[i], strlen(*strs[i]) + 1);
 	ctx->alloc(ctx->alloc_ud, ctx, sizeof *ctx, 0);
 }
+
+const fj_settings *fj_context_settings(const fj_context *ctx) { return &ctx->settings; }
+fj_settings *fj_context_settings_mut(fj_context *ctx) { return &ctx->settings; }
 
 void *fj_alloc(fj_context *ctx, size_t n)
 {

@@ -20,6 +20,7 @@ struct fj_context {
 	fj_opinfo *ops; /* FJ_OP_COUNT entries, parsed from ops.def */
 	fj_arena op_arena;
 	pthread_mutex_t lock; /* guards diagnostics and slots */
+	fj_settings settings;
 	struct {
 		void *p;
 		void (*destroy)(fj_context *ctx, void *p);

@@ -63,6 +63,31 @@ size_t fj_context_error_count(const fj_context *ctx);
 /* Formats d as "file:line:col: error: message" into buf (truncating). */
 void fj_format_diagnostic(const fj_diagnostic *d, char *buf, size_t size);
 
+/* Settings (fusejit.h: fj_context_set_option), kept on the context. Their
+ * defaults come from the environment when the context is created
+ * (api/settings.c, the one file of the library that reads it); set options
+ * before the context is shared between threads. Strings are the context's
+ * (fj_alloc), NULL when unset. */
+typedef struct fj_settings {
+	int threads;              /* "threads": host pool threads; 0 = every CPU we may run on */
+	int compile_jobs;         /* "compile_jobs": kernels compiled at once; 0 = one per core */
+	char *cache_dir;          /* "cache_dir": the disk cache; NULL = none */
+	uint64_t cache_max_bytes; /* "cache_max_mb", in bytes */
+	char *nvptx_variants;     /* "nvptx_variants": forced GPU template variants (tests) */
+	bool ptx_all_variants;    /* "ptx_all_variants": --emit=ptx writes every variant */
+	char *libdevice;          /* "libdevice": libdevice's path, "none"; NULL = the default */
+	char *libcuda;            /* "libcuda": the driver library; NULL = libcuda.so.1 */
+	char *nvptx_target;       /* "nvptx_target": NULL = the GPU's own architecture */
+	char *nvptx_device;       /* "nvptx_device": NULL or "cuda", "emulator" */
+} fj_settings;
+
+/* The context's settings: read-only, and writable for api/settings.c. */
+const fj_settings *fj_context_settings(const fj_context *ctx);
+fj_settings *fj_context_settings_mut(fj_context *ctx);
+/* A context with built-in settings only (no environment): fj_context_create
+ * (api/settings.c) is this plus the environment's defaults. */
+fj_context *fj_context_new(fj_alloc_fn alloc, void *alloc_ud);
+
 /* Backend state a context owns, created on first use by the box that needs
  * it and destroyed (in reverse slot order) with the context. */
 typedef enum fj_ctx_slot {

@@ -84,6 +84,37 @@ FJ_API void fj_context_clear_diagnostics(fj_context *ctx);
 FJ_API const char *fj_context_error(const fj_context *ctx);
 
 /* ======================================================================
+ * Settings
+ *
+ * Options of a context, set by name (value as text). Each one's default is
+ * its environment variable's value when the context is created (an invalid
+ * value there is ignored with a warning diagnostic), else the built-in
+ * default. Set options before compiling, and before the context is shared
+ * between threads.
+ *
+ *   option            environment              meaning (built-in default)
+ *   threads           FUSEJIT_THREADS          host executor's thread pool size, read when the
+ *                                              pool starts (0: every CPU the process may use)
+ *   compile_jobs      FUSEJIT_NVPTX_JOBS       kernels compiled at once (0: one per core)
+ *   cache_dir         FUSEJIT_CACHE_DIR        the disk cache's directory; "off" or "": none
+ *                                              ($XDG_CACHE_HOME/fusejit, else ~/.cache/fusejit)
+ *   cache_max_mb      FUSEJIT_CACHE_MAX_MB     the disk cache's cap in MiB (256)
+ *   libdevice         FUSEJIT_LIBDEVICE        libdevice's path, "none" for fusejit's own math
+ *                                              (the CUDA toolkit's, where installed)
+ *   libcuda           FUSEJIT_LIBCUDA          the CUDA driver library to dlopen (libcuda.so.1)
+ *   nvptx_target      FUSEJIT_NVPTX_TARGET     nvptx: the target when fj_compile_options.target
+ *                                              is NULL (the GPU's own)
+ *   nvptx_device      FUSEJIT_NVPTX_DEVICE     nvptx: "cuda" (the driver) or "emulator" (a host
+ *                                              emulator of the GPU kernels, for tests)
+ *   nvptx_variants    FUSEJIT_NVPTX_VARIANTS   testing aid: forces GPU template variants
+ *   ptx_all_variants  FUSEJIT_PTX_ALL_VARIANTS PTX emission writes every variant (0)
+ * ====================================================================== */
+
+/* Sets option name to value (NULL: back to its default). FJ_ERR_INVALID for
+ * an unknown option or a bad value (the message names both). */
+FJ_API fj_status fj_context_set_option(fj_context *ctx, const char *name, const char *value);
+
+/* ======================================================================
  * Version
  * ====================================================================== */
 

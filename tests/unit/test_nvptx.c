@@ -186,11 +186,12 @@ static char *math_kernel_ptx(fj_context *ctx, bool *libdevice, char **llvm_ir)
 
 START_TEST(test_libdevice_lazy)
 {
-	if (!fj_nvptx_libdevice_path()) {
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	if (!fj_nvptx_libdevice_path(ctx)) {
 		fj_test_skip("test_libdevice_lazy", "no libdevice (FUSEJIT_LIBDEVICE or the CUDA toolkit's)");
+		fj_context_destroy(ctx);
 		return;
 	}
-	fj_context *ctx = fj_context_create(NULL, NULL);
 	bool ld;
 	char *ir, *ir2;
 	double t0 = now_us();
@@ -404,7 +405,10 @@ static char *compile_trig(const char *sm, const char *jobs, int *nv, char entrie
 
 START_TEST(test_parallel_variants)
 {
-	if (!fj_nvptx_libdevice_path()) {
+	fj_context *lctx = fj_context_create(NULL, NULL);
+	bool have_libdevice = fj_nvptx_libdevice_path(lctx) != NULL;
+	fj_context_destroy(lctx);
+	if (!have_libdevice) {
 		fj_test_skip("test_parallel_variants", "no libdevice (FUSEJIT_LIBDEVICE or the CUDA toolkit's)");
 		return;
 	}
