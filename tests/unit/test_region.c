@@ -168,9 +168,18 @@ static uint32_t run_case_ctx(fj_context *ctx, const gcase *c)
 	return compiled;
 }
 
-static void run_case(const gcase *c)
+/* A context for the code generator under test: never kernels from the disk
+ * cache. */
+static fj_context *region_context(void)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_context_set_option(ctx, "cache_dir", "off"), FJ_OK);
+	return ctx;
+}
+
+static void run_case(const gcase *c)
+{
+	fj_context *ctx = region_context();
 	run_case_ctx(ctx, c);
 	fj_context_destroy(ctx);
 }
@@ -310,7 +319,7 @@ END_TEST
  * error that says `text`. */
 static void refused(const char *src, const char *text)
 {
-	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_context *ctx = region_context();
 	fj_module *m = NULL;
 	fj_graph *g = parse(ctx, src, &m);
 	fj_rt_program *p = NULL;
@@ -445,7 +454,7 @@ END_TEST
 
 START_TEST(symbolic_reuse)
 {
-	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_context *ctx = region_context();
 	const char *src = "graph @f(%x: f32[N,M], %w: f32[M]) {\n"
 	                  "  %y = aten.rms_norm(%x, %w) {normalized_shape=[M], eps=1e-6}\n"
 	                  "  %z = aten.silu(%y)\n  return %z\n}\n";
@@ -491,7 +500,7 @@ START_TEST(poly_accuracy)
 		{"tan", -1.5, 1.5, tan, 6},     {"tanh", -20, 20, tanh, 8},   {"erf", -6, 6, erf, 6},
 		{"erfc", -6, 4, erfc, 16}, {"erfc", 4, 9, erfc, 16},      {"sigmoid", -80, 80, ref_sigmoid, 6},
 	};
-	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_context *ctx = region_context();
 	enum { N = 200003 };
 	for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++) {
 		char src[256];
@@ -547,15 +556,11 @@ START_TEST(poly_accuracy)
 }
 END_TEST
 
-/* The code generator under test, never kernels from the disk cache (a
- * checked fixture: it runs in each test's own process). */
-static void no_disk_cache(void) { setenv("FUSEJIT_CACHE_DIR", "off", 1); }
 
 Suite *suite_region(void)
 {
 	Suite *s = suite_create("region");
 	TCase *tc = tcase_create("region");
-	tcase_add_checked_fixture(tc, no_disk_cache, NULL);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, pointwise_chain);
 	tcase_add_test(tc, pointwise_activations);

@@ -273,8 +273,8 @@ static int32_t pool_task(void *varg, int64_t lo, int64_t hi)
 
 START_TEST(test_pool)
 {
-	setenv("FUSEJIT_THREADS", "4", 1);
 	fj_context *ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "4"), FJ_OK);
 	ck_assert_int_eq(fj_host_thread_count(ctx), 4);
 	enum { N = 100000 };
 	atomic_int *hits = calloc(N, sizeof *hits);
@@ -308,8 +308,8 @@ START_TEST(test_pool)
 	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 0, 1, pool_task, &f), 0);
 	free(hits);
 	fj_context_destroy(ctx);
-	setenv("FUSEJIT_THREADS", "1", 1);
 	ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "1"), FJ_OK);
 	ck_assert_int_eq(fj_host_thread_count(ctx), 1);
 	fj_context_destroy(ctx);
 }
