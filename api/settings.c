@@ -99,28 +99,32 @@ static fj_status set_string(fj_context *ctx, char **field, const char *v)
 	return FJ_OK;
 }
 
-/* Sets option o to v (NULL: its built-in default). A bad value is an error
- * naming `what` (the option or the variable) and leaves the setting alone. */
-static fj_status set(fj_context *ctx, const option *o, const char *v, const char *what)
+/* Sets option o to v (NULL: its built-in default). A bad value leaves the
+ * setting alone and returns FJ_ERR_INVALID with *expected saying what a value
+ * must be (nothing is recorded on the context). */
+static fj_status set(fj_context *ctx, const option *o, const char *v, const char **expected)
 {
 	char *field = (char *)fj_context_settings_mut(ctx) + o->offset;
 	int64_t n = 0;
 	bool b = false;
 	switch (o->kind) {
 	case OPT_COUNT:
+		*expected = "a non-negative integer";
 		if (v && !parse_count(v, 1 << 16, &n))
-			break;
+			return FJ_ERR_INVALID;
 		*(int *)field = (int)n;
 		return FJ_OK;
 	case OPT_BOOL:
+		*expected = "a boolean (0/1, true/false, on/off)";
 		if (v && !parse_bool(v, &b))
-			break;
+			return FJ_ERR_INVALID;
 		*(bool *)field = b;
 		return FJ_OK;
 	case OPT_MB:
+		*expected = "a positive number of MiB";
 		n = KC_DEFAULT_MB;
 		if (v && (!parse_count(v, INT64_MAX >> 20, &n) || n == 0))
-			break;
+			return FJ_ERR_INVALID;
 		*(uint64_t *)field = (uint64_t)n << 20;
 		return FJ_OK;
 	case OPT_STRING:
@@ -134,25 +138,20 @@ static fj_status set(fj_context *ctx, const option *o, const char *v, const char
 		return set_string(ctx, (char **)field, buf);
 	}
 	}
-	return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "%s: '%s' is not %s", what, v,
-	                       o->kind == OPT_BOOL ? "a boolean (0/1, true/false, on/off)"
-	                       : o->kind == OPT_MB ? "a positive number of MiB"
-	                                           : "a non-negative integer");
+	return FJ_ERR_INTERNAL;
 }
 
-/* Sets o from its environment variable, or to its built-in default. */
+/* Sets o from its environment variable, or to its built-in default; a bad
+ * value there is a warning. */
 static void set_from_env(fj_context *ctx, const option *o)
 {
-	const char *v = getenv(o->env);
+	const char *v = getenv(o->env), *expected = "";
 	if (v && o->kind != OPT_DIR && o->kind != OPT_STRING && !*v)
 		v = NULL;
-	if (set(ctx, o, v, o->env) == FJ_OK)
+	if (set(ctx, o, v, &expected) != FJ_ERR_INVALID)
 		return;
-	char msg[1200];
-	snprintf(msg, sizeof msg, "%s", fj_context_error(ctx));
-	fj_context_clear_diagnostics(ctx);
-	fj_warning(ctx, (fj_loc){0}, "%s; the default is used", strncmp(msg, "error: ", 7) == 0 ? msg + 7 : msg);
-	set(ctx, o, NULL, o->env);
+	fj_warning(ctx, (fj_loc){0}, "%s: '%s' is not %s; the default is used", o->env, v, expected);
+	set(ctx, o, NULL, &expected);
 }
 
 fj_context *fj_context_create(fj_alloc_fn alloc, void *alloc_ud)
@@ -182,5 +181,10 @@ fj_status fj_context_set_option(fj_context *ctx, const char *name, const char *v
 		set_from_env(ctx, o);
 		return FJ_OK;
 	}
-	return set(ctx, o, value, o->name);
+	const char *expected = "";
+	fj_status st = set(ctx, o, value, &expected);
+	if (st == FJ_ERR_INVALID)
+		return fj_error_status(ctx, st, (fj_loc){0}, "fj_context_set_option: %s: '%s' is not %s", name, value,
+		                       expected);
+	return st;
 }

@@ -487,6 +487,58 @@ START_TEST(test_cache_settings)
 }
 END_TEST
 
+/* fj_context_set_option: names, values, errors, and the environment's
+ * defaults (this test runs in its own process: setenv is its subject). */
+START_TEST(test_options)
+{
+	setenv("FUSEJIT_THREADS", "3", 1);
+	setenv("FUSEJIT_NVPTX_VARIANTS", "split", 1);
+	setenv("FUSEJIT_PTX_ALL_VARIANTS", "1", 1);
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	const fj_settings *st = fj_context_settings(ctx);
+	ck_assert_int_eq(st->threads, 3);
+	ck_assert_str_eq(st->nvptx_variants, "split");
+	ck_assert(st->ptx_all_variants);
+	ck_assert_uint_eq(fj_context_diagnostic_count(ctx), 0);
+
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "8"), FJ_OK);
+	ck_assert_int_eq(st->threads, 8);
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "eight"), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "threads: 'eight' is not a non-negative integer"));
+	ck_assert_int_eq(st->threads, 8);
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", NULL), FJ_OK); /* back to the environment's */
+	ck_assert_int_eq(st->threads, 3);
+	ck_assert_int_eq(fj_context_set_option(ctx, "nvptx_variants", ""), FJ_OK);
+	ck_assert_ptr_null(st->nvptx_variants);
+	ck_assert_int_eq(fj_context_set_option(ctx, "ptx_all_variants", "off"), FJ_OK);
+	ck_assert(!st->ptx_all_variants);
+	ck_assert_int_eq(fj_context_set_option(ctx, "ptx_all_variants", "maybe"), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_context_set_option(ctx, "cache_dir", "off"), FJ_OK);
+	ck_assert_ptr_null(st->cache_dir);
+	ck_assert_int_eq(fj_context_set_option(ctx, "cache_max_mb", "0"), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_context_set_option(ctx, "cache_max_mb", "64"), FJ_OK);
+	ck_assert_uint_eq(st->cache_max_bytes, (uint64_t)64 << 20);
+	ck_assert_int_eq(fj_context_set_option(ctx, "no_such_option", "1"), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "unknown option 'no_such_option' (options: threads,"));
+	ck_assert_int_eq(fj_context_set_option(ctx, NULL, "1"), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_context_set_option(NULL, "threads", "1"), FJ_ERR_INVALID);
+	fj_context_destroy(ctx);
+
+	/* A bad value in the environment: a warning, and the built-in default. */
+	setenv("FUSEJIT_THREADS", "-2", 1);
+	ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_context_settings(ctx)->threads, 0);
+	ck_assert_uint_eq(fj_context_diagnostic_count(ctx), 1);
+	const fj_diagnostic *d = fj_context_diagnostic(ctx, 0);
+	ck_assert_int_eq(d->severity, FJ_SEV_WARNING);
+	ck_assert_ptr_nonnull(strstr(d->message, "FUSEJIT_THREADS: '-2' is not a non-negative integer; the default is used"));
+	fj_context_destroy(ctx);
+	unsetenv("FUSEJIT_THREADS");
+	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	unsetenv("FUSEJIT_PTX_ALL_VARIANTS");
+}
+END_TEST
+
 /* Out of memory at the n-th allocation of parse + compile + run: an error,
  * never a crash or a leak. Every n up to 60, then a sample up to success. */
 START_TEST(test_alloc_failures)
@@ -541,6 +593,7 @@ Suite *suite_api(void)
 	tcase_add_loop_test(tc, test_run, 0, 2);
 	tcase_add_test(tc, test_training);
 	tcase_add_test(tc, test_cache_settings);
+	tcase_add_test(tc, test_options);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
 	return s;
