@@ -1,0 +1,137 @@
+/* region_gpu_pointwise.c -- GPU templates: pointwise (vectorized and
+ * scalar) and transposes through shared-memory tiles (region_gpu.c
+ * describes them). */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_nvptx/region_gpu_internal.h"
+
+/* ---- pointwise ---- */
+
+fj_status fj_gpu_emit_pointwise(gk *k, bool vec)
+{
+	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, vec ? 16 : 0);
+	if (st != FJ_OK)
+		return st;
+	V numel = k->nout ? fj_gpu_result_numel(k) : i64c(k, 0);
+	V gtid = add(k, mul(k, k->ctaid, k->ntid), k->tid);
+	V gstride = mul(k, k->nctaid, k->ntid);
+	V tail0 = i64c(k, 0);
+	if (vec) {
+		V nchunks = LLVMBuildUDiv(B, numel, i64c(k, 4), "");
+		gloop l;
+		fj_gpu_gloop_begin(k, &l, gtid, nchunks, gstride, "vchunk");
+		V base = mul(k, l.iv, i64c(k, 4));
+		for (int lane = 0; lane < 4; lane++)
+			fj_gpu_store_all_lin(k, add(k, base, i64c(k, lane)));
+		fj_gpu_gloop_end(k, &l);
+		tail0 = mul(k, nchunks, i64c(k, 4));
+	}
+	gloop l;
+	fj_gpu_gloop_begin(k, &l, add(k, tail0, gtid), numel, gstride, "elem");
+	fj_gpu_store_all_lin(k, l.iv);
+	fj_gpu_gloop_end(k, &l);
+	return fj_gpu_entry_end(k);
+}
+
+/* ---- transpose: 32x32 tiles through shared memory ---- */
+
+/* Whether a transpose region gets the tiled kernel: outputs of rank >= 2
+ * (the tile spans result 0's last two dims), at most 4 of them. */
+bool fj_gpu_tileable(const fj_graph *body)
+{
+	return body->nresults >= 1 && body->nresults <= 4 && body->values[body->results[0]].type.rank >= 2;
+}
+
+/* Thread (tx, ty) evaluates the outputs at (m0 + tx, n0 + ty + 8k) -- when
+ * the transpose swaps the last two dims, adjacent threads read adjacent
+ * input elements -- into a tile padded to 33 columns (no bank conflicts),
+ * then writes (m0 + ty + 8k, n0 + tx): adjacent threads write adjacent
+ * output elements. */
+fj_status fj_gpu_emit_transpose(gk *k)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	fj_status st = fj_gpu_entry_begin(k, "", 256, 0);
+	if (st != FJ_OK)
+		return st;
+	fj_vid v0 = body->results[0];
+	int rank = body->values[v0].type.rank;
+	V M = fj_rg_dim(&k->r, v0, rank - 2), N = fj_rg_dim(&k->r, v0, rank - 1);
+	V batch = i64c(k, 1);
+	int bdims[FJ_MAX_RANK];
+	for (int d = 0; d < rank - 2; d++) {
+		bdims[d] = d;
+		batch = mul(k, batch, fj_rg_dim(&k->r, v0, d));
+	}
+	V tile[4];
+	LLVMTypeRef tty[4];
+	for (uint32_t j = 0; j < k->nout; j++) {
+		tty[j] = fj_cg_compute_type(cg, body->values[body->results[j]].type.dtype);
+		if (tty[j] == cg->t_i1)
+			tty[j] = cg->t_i8;
+		char nm[32];
+		snprintf(nm, sizeof nm, "tile%u", j);
+		tile[j] = cg->target->shared_array(cg, tty[j], 32 * 33, nm);
+	}
+	V tx = LLVMBuildAnd(B, k->tid, i64c(k, 31), "tx");
+	V ty = LLVMBuildLShr(B, k->tid, i64c(k, 5), "ty");
+	V tm = LLVMBuildUDiv(B, add(k, M, i64c(k, 31)), i64c(k, 32), "");
+	V tn = LLVMBuildUDiv(B, add(k, N, i64c(k, 31)), i64c(k, 32), "");
+	V per = mul(k, tm, tn);
+	gloop tl;
+	fj_gpu_gloop_begin(k, &tl, k->ctaid, mul(k, batch, per), k->nctaid, "tile");
+	V b = LLVMBuildUDiv(B, tl.iv, per, "");
+	V rem = LLVMBuildURem(B, tl.iv, per, "");
+	V m0 = mul(k, LLVMBuildUDiv(B, rem, tn, ""), i64c(k, 32));
+	V n0 = mul(k, LLVMBuildURem(B, rem, tn, ""), i64c(k, 32));
+	V idx[FJ_MAX_RANK];
+	fj_gpu_unravel(k, v0, bdims, rank - 2, b, idx);
+	V base = mul(k, b, mul(k, M, N));
+	for (int pass = 0; pass < 2; pass++) {
+		for (int q = 0; q < 4; q++) {
+			V r8 = add(k, ty, i64c(k, 8 * q));
+			V m = add(k, m0, pass == 0 ? tx : r8), n = add(k, n0, pass == 0 ? r8 : tx);
+			V ok = LLVMBuildAnd(B, ult(k, m, M), ult(k, n, N), "");
+			V slot = pass == 0 ? add(k, mul(k, tx, i64c(k, 33)), r8) : add(k, mul(k, r8, i64c(k, 33)), tx);
+			fj_rg_scope_push(&k->r);
+			if (pass == 0) {
+				idx[rank - 2] = sel(k, ok, m, i64c(k, 0));
+				idx[rank - 1] = sel(k, ok, n, i64c(k, 0));
+				V lin = add(k, base, add(k, mul(k, idx[rank - 2], N), idx[rank - 1]));
+				for (uint32_t j = 0; j < k->nout; j++) {
+					fj_vid v = body->results[j];
+					fj_rg_point p;
+					if (fj_type_equal(&body->values[v].type, &body->values[v0].type) ||
+					    (body->values[v].type.rank == rank &&
+					     memcmp(body->values[v].type.dims, body->values[v0].type.dims, rank * sizeof(fj_dim)) == 0))
+						fj_rg_point_idx(&p, rank, idx);
+					else
+						fj_rg_point_lin(&p, body->values[v].type.rank, lin);
+					V x = fj_rg_eval(&k->r, v, &p);
+					if (LLVMTypeOf(x) == cg->t_i1)
+						x = LLVMBuildZExt(B, x, cg->t_i8, "");
+					LLVMBuildStore(B, x, LLVMBuildInBoundsGEP2(B, tty[j], tile[j], &slot, 1, ""));
+				}
+			} else {
+				fj_cg_if c;
+				fj_gpu_if_begin(k, &c, ok);
+				V lin = add(k, base, add(k, mul(k, m, N), n));
+				for (uint32_t j = 0; j < k->nout; j++) {
+					fj_dtype vdt = body->values[body->results[j]].type.dtype;
+					V x = LLVMBuildLoad2(B, tty[j], LLVMBuildInBoundsGEP2(B, tty[j], tile[j], &slot, 1, ""), "");
+					if (vdt == FJ_DT_BOOL)
+						x = LLVMBuildTrunc(B, x, cg->t_i1, "");
+					fj_cg_store(cg, &k->out[j], lin, fj_cg_convert(cg, x, vdt, k->out[j].dtype));
+				}
+				fj_gpu_if_end(k, &c);
+			}
+			fj_rg_scope_pop(&k->r);
+		}
+		cg->target->barrier(cg);
+	}
+	fj_gpu_gloop_end(k, &tl);
+	return fj_gpu_entry_end(k);
+}
