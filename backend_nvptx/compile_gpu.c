@@ -13,7 +13,6 @@
 
 #include "backend_nvptx/nvptx_internal.h"
 #include "backend_nvptx/region_gpu_internal.h"
-#include "ir/context.h"
 
 fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *sm, bool llvm, fj_buf *out)
 {
@@ -23,8 +22,7 @@ fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *
 		fj_nvptx_comp_end(&c);
 		return st;
 	}
-	const char *e = getenv("FUSEJIT_PTX_ALL_VARIANTS");
-	bool all = e && *e && strcmp(e, "0") != 0;
+	bool all = fj_context_settings(ctx)->ptx_all_variants;
 	fj_cg cg;
 	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
 	for (uint32_t gi = 0; gi < m->ngraphs && st == FJ_OK; gi++)
@@ -151,7 +149,7 @@ static fj_status region_key(fj_context *ctx, const fj_graph *g, uint32_t node, c
  * the calling thread replays onto ctx, in variant order, the diagnostics of
  * the variants up to the first failing one, whose status is returned.
  * Variants after a failed one are skipped. Serially (one core, a failed
- * thread start, FUSEJIT_NVPTX_JOBS=1), the calling thread records into ctx
+ * thread start, compile_jobs 1), the calling thread records into ctx
  * directly and stops at the first failure: the same result. */
 
 typedef struct pv_job {
@@ -247,13 +245,13 @@ static fj_status pv_record(fj_context *ctx, fj_status st, fj_severity sev, fj_lo
 	return st;
 }
 
-/* How many threads: FUSEJIT_NVPTX_JOBS (>= 1) or the online cores, at most nv. */
-static int pv_threads(int nv)
+/* How many threads: the compile_jobs setting (>= 1) or the online cores, at most nv. */
+static int pv_threads(const fj_context *ctx, int nv)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	const char *e = getenv("FUSEJIT_NVPTX_JOBS");
-	if (e && *e && atoi(e) >= 1)
-		n = atoi(e);
+	int jobs = fj_context_settings(ctx)->compile_jobs;
+	if (jobs >= 1)
+		n = jobs;
 	if (n < 1)
 		n = 1;
 	return n < nv ? (int)n : nv;
@@ -301,9 +299,9 @@ static fj_status pv_compile_region(fj_context *ctx, fj_nvptx_state *s, const cha
 	for (int v = 0; v < nv; v++)
 		fj_buf_init(&r->job[v].ptx, ctx);
 	pv_worker w[FJ_NVPTX_MAX_VARIANTS];
-	int nthreads = pv_threads(nv), started = 0;
+	int nthreads = pv_threads(ctx, nv), started = 0;
 	/* the calling thread's private diagnostics, when there are threads */
-	fj_context *own = nthreads > 1 ? fj_context_create(ctx->alloc, ctx->alloc_ud) : NULL;
+	fj_context *own = nthreads > 1 ? fj_context_new_like(ctx) : NULL;
 	if (own) {
 		pthread_attr_t attr;
 		bool attr_ok = pthread_attr_init(&attr) == 0;
@@ -312,7 +310,7 @@ static fj_status pv_compile_region(fj_context *ctx, fj_nvptx_state *s, const cha
 			pthread_attr_setstacksize(&attr, (size_t)8 << 20); /* LLVM's codegen recurses */
 		for (int t = 0; t < nthreads - 1; t++) {
 			w[started].r = r;
-			w[started].dctx = fj_context_create(ctx->alloc, ctx->alloc_ud);
+			w[started].dctx = fj_context_new_like(ctx);
 			if (!w[started].dctx)
 				break;
 			if (pthread_create(&w[started].tid, attr_ok ? &attr : NULL, pv_thread, &w[started]) != 0) {

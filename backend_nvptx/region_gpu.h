@@ -26,7 +26,7 @@ typedef struct fj_nvptx_kernel {
 /* Compiles region `node` of g (a fusion.kernel with a schedule) for target
  * sm (NULL: sm_80), or finds it in the context's cache (*hit). A region with
  * several variants compiles them in parallel, one LLVM module each (up to
- * one thread per core; FUSEJIT_NVPTX_JOBS caps it, 1: serial), and joins
+ * one thread per core; the compile_jobs setting caps it, 1: serial), and joins
  * their PTX into one module (region_gpu.c). */
 fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
                                   fj_nvptx_kernel **out, bool *hit);

@@ -70,10 +70,11 @@ static int64_t split_chunks(const fj_rg_analysis *a, bool is_inner, bool ordered
  * blocks than fill the GPU once (a 4096-wide layer_norm: 132 blocks of 512
  * in 11 groups of 12, 9.4 MB of partials; the last group's merger and the
  * final one read 23 slices, 1.5 MB).
- * Forced (FUSEJIT_NVPTX_VARIANTS): "bpr" the main entry, "reg" _reg8 where
+ * Forced (the nvptx_variants setting): "bpr" the main entry, "reg" _reg8 where
  * it applies. Rows = 0 still launches one block (the column results: sums
  * of nothing). */
-static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim d), void *ud, fj_nvptx_plan *plan)
+static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim d), void *ud, const char *force,
+                    fj_nvptx_plan *plan)
 {
 	const fj_graph *body = a->node->body;
 	const fj_type *t = a->dom;
@@ -98,7 +99,6 @@ static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim 
 	}
 	if (rows <= 0 && len <= 0)
 		return;
-	const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
 	bool reg = !ordered && len > 0 && len <= REG_E * REG_BLOCK;
 	if (force && strcmp(force, "bpr") == 0)
 		reg = false;
@@ -124,6 +124,8 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 	const fj_node *n = &g->nodes[node];
 	const fj_graph *body = n->body;
 	fj_context *ctx = fj_graph_ctx(g);
+	/* the nvptx_variants setting forces a variant (tests) */
+	const char *force = fj_context_settings(ctx)->nvptx_variants;
 	fj_rg_analysis a;
 	fj_status st = fj_rg_analyze(ctx, g, node, &a);
 	if (st != FJ_OK)
@@ -141,7 +143,6 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 		if (t->rank == 3)
 			tiles *= d[0];
 		/* tensor cores for f16/bf16 ("bpr" forces the SIMT kernel, for tests) */
-		const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
 		if (fj_gpu_mma_ok(&a) && !(force && strcmp(force, "bpr") == 0)) {
 			int64_t bt = ceil_div(d[t->rank - 2], MMA_BM) * ceil_div(d[t->rank - 1], MMA_BN);
 			if (t->rank == 3)
@@ -186,7 +187,7 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 	}
 	default:
 		if (fj_gpu_io_ok(&a)) {
-			plan_io(&a, dimval, ud, plan);
+			plan_io(&a, dimval, ud, force, plan);
 			break;
 		}
 		if (a.nreds) {
@@ -218,7 +219,6 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 				ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
 			}
 			/* tests force a variant: "bpr", "tpr", "reg", "col" or "split" */
-			const char *force = getenv("FUSEJIT_NVPTX_VARIANTS");
 			int64_t nsplit = split_chunks(&a, is_inner, ordered, rows, len, force);
 			int var = len <= 16 || (!is_inner && rows >= 2048) ? 1 : 0;
 			if (var == 0 && !ordered && len > 0 && len <= 8 * 512)
@@ -260,7 +260,7 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 				numel *= dimval(ud, t->dims[i]);
 			if (numel <= 0)
 				break;
-			const char *force = getenv("FUSEJIT_NVPTX_VARIANTS"); /* "bpr": the scalar variant too */
+			/* force "bpr": the scalar variant too */
 			if (a.sched == FJ_RG_TRANSPOSE && fj_gpu_tileable(body) && !(force && strcmp(force, "bpr") == 0)) {
 				int64_t mm = dimval(ud, t->dims[t->rank - 2]), nn = dimval(ud, t->dims[t->rank - 1]);
 				int64_t tiles = mm > 0 && nn > 0 ? numel / (mm * nn) * ceil_div(mm, 32) * ceil_div(nn, 32) : 0;

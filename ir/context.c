@@ -69,6 +69,30 @@ fj_context *fj_context_new(fj_alloc_fn alloc, void *alloc_ud)
 	return ctx;
 }
 
+fj_context *fj_context_new_like(const fj_context *ctx)
+{
+	fj_context *c = fj_context_new(ctx->alloc, ctx->alloc_ud);
+	if (!c)
+		return NULL;
+	const fj_settings *from = &ctx->settings;
+	fj_settings *to = &c->settings;
+	*to = *from;
+	char **strs[] = {&to->cache_dir, &to->nvptx_variants, &to->libdevice, &to->libcuda, &to->nvptx_target,
+	                 &to->nvptx_device};
+	bool ok = true; /* after a failure, the rest are NULL: c must not free ctx's strings */
+	for (size_t i = 0; i < FJ_ARRAY_LEN(strs); i++) {
+		if (!*strs[i])
+			continue;
+		*strs[i] = ok ? fj_strdup(c, *strs[i]) : NULL;
+		ok = *strs[i] != NULL;
+	}
+	if (!ok) {
+		fj_context_destroy(c);
+		return NULL;
+	}
+	return c;
+}
+
 void fj_context_destroy(fj_context *ctx)
 {
 	if (!ctx)

@@ -87,6 +87,9 @@ fj_settings *fj_context_settings_mut(fj_context *ctx);
 /* A context with built-in settings only (no environment): fj_context_create
  * (api/settings.c) is this plus the environment's defaults. */
 fj_context *fj_context_new(fj_alloc_fn alloc, void *alloc_ud);
+/* A fresh context with ctx's allocator and a copy of its settings (worker
+ * contexts that keep their own diagnostics); NULL when out of memory. */
+fj_context *fj_context_new_like(const fj_context *ctx);
 
 /* Backend state a context owns, created on first use by the box that needs
  * it and destroyed (in reverse slot order) with the context. */

@@ -36,6 +36,13 @@ static double now_us(void)
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+/* Sets a context option (value "": unset, the built-in default). */
+static void set_option(fj_context *ctx, const char *name, const char *value)
+{
+	ck_assert_msg(fj_context_set_option(ctx, name, value) == FJ_OK, "%s=%s: %s", name, value,
+	              fj_context_error(ctx));
+}
+
 START_TEST(test_missing_driver)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -218,8 +225,8 @@ END_TEST
 
 START_TEST(test_fallback_math)
 {
-	setenv("FUSEJIT_LIBDEVICE", "none", 1);
 	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "libdevice", "none");
 	bool ld;
 	char *ir;
 	char *ptx = math_kernel_ptx(ctx, &ld, &ir);
@@ -230,7 +237,6 @@ START_TEST(test_fallback_math)
 	free(ptx);
 	free(ir);
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_LIBDEVICE");
 }
 END_TEST
 
@@ -374,11 +380,8 @@ static const char trig_src[] = "graph @trig(%x: f64[N,256], %y: f32[N,256]) {\n"
 
 static char *compile_trig(const char *sm, const char *jobs, int *nv, char entries[][112])
 {
-	if (jobs)
-		setenv("FUSEJIT_NVPTX_JOBS", jobs, 1);
-	else
-		unsetenv("FUSEJIT_NVPTX_JOBS");
 	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "compile_jobs", jobs ? jobs : "0");
 	fj_module *m = NULL;
 	ck_assert_int_eq(fj_parse_module(ctx, trig_src, strlen(trig_src), "trig.fj", &m), FJ_OK);
 	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
@@ -399,7 +402,6 @@ static char *compile_trig(const char *sm, const char *jobs, int *nv, char entrie
 	char *ptx = strdup(k->ptx);
 	fj_module_destroy(m);
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_NVPTX_JOBS");
 	return ptx;
 }
 
@@ -448,7 +450,7 @@ START_TEST(test_parallel_variants)
 			snprintf(sym, sizeof sym, "__internal_trig_reduction_slowpathd_v%d(", v);
 			ck_assert_msg(count_of(ptx, sym) == 1, "%s: %d times", sym, count_of(ptx, sym));
 		}
-		/* the same bytes serially (FUSEJIT_NVPTX_JOBS=1) */
+		/* the same bytes serially (compile_jobs 1) */
 		char *ptx1 = compile_trig(sms[t], "1", &nv1, entries1);
 		ck_assert_int_eq(nv1, nv);
 		if (strcmp(ptx1, ptx) != 0) {
@@ -517,7 +519,7 @@ static void plan_of(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
 START_TEST(test_plans)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	set_option(ctx, "nvptx_variants", "");
 	fj_nvptx_plan p;
 	/* the bias gradient: 128 tiles of 32 columns, 8192 rows -> 8 chunks */
 	plan_of(ctx, "graph @g(%x: f32[8192,4096]) {\n  %s = aten.sum(%x) {dims=[0]}\n  return %s\n}\n", &p);
@@ -539,9 +541,9 @@ START_TEST(test_plans)
 	ck_assert_uint_eq(p.launch[0].block, 128);
 	ck_assert_uint_eq(p.launch[0].grid, 8 * 3);
 	/* forced SIMT ("bpr"): the second entry, 16x16 tiles */
-	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
+	set_option(ctx, "nvptx_variants", "bpr");
 	plan_of(ctx, "graph @g(%a: bf16[500,256], %b: bf16[256,130]) {\n  %c = aten.mm(%a, %b)\n  return %c\n}\n", &p);
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	set_option(ctx, "nvptx_variants", "");
 	ck_assert_int_eq(p.launch[0].variant, 1);
 	ck_assert_uint_eq(p.launch[0].block, 256);
 	/* f32: the SIMT kernel only */
@@ -562,8 +564,8 @@ START_TEST(test_emulated_split)
 	                          "  %r = aten.mul(%s, 0.5)\n"
 	                          "  return %r\n"
 	                          "}\n";
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "nvptx_variants", "");
 	fj_module *m = NULL;
 	ck_assert_int_eq(fj_parse_module(ctx, src, strlen(src), "split.fj", &m), FJ_OK);
 	fj_graph *g = fj_module_find_graph(m, "main");
@@ -734,10 +736,7 @@ START_TEST(test_emulated_goldens)
 			continue;
 		mode_known = true;
 		case_known |= only && strcmp(only, names[i]) == 0;
-		if (modes[mi])
-			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
-		else
-			unsetenv("FUSEJIT_NVPTX_VARIANTS");
+		set_option(ctx, "nvptx_variants", modes[mi] ? modes[mi] : "");
 		char dir[1400], mark[1500];
 		snprintf(dir, sizeof dir, "%s/%s", cases, names[i]);
 		struct stat sb;
@@ -767,7 +766,6 @@ START_TEST(test_emulated_goldens)
 		ran_default += !modes[mi];
 		free(why);
 	}
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	fprintf(stderr, "emulated nvptx goldens (%zu variant modes): %d passed, %d failed, %d skipped (%.1f s)\n",
@@ -942,10 +940,7 @@ START_TEST(test_emulated_extra_syms)
 	static const char *const modes[] = {NULL, "bpr", "reg", "col", "split"};
 	size_t nmodes = getenv("FJ_TEST_QUICK") ? 1 : FJ_ARRAY_LEN(modes);
 	for (size_t mi = 0; mi < nmodes; mi++) {
-		if (modes[mi])
-			setenv("FUSEJIT_NVPTX_VARIANTS", modes[mi], 1);
-		else
-			unsetenv("FUSEJIT_NVPTX_VARIANTS");
+		set_option(ctx, "nvptx_variants", modes[mi] ? modes[mi] : "");
 		xsym_case(emu, ctx, fj_module_find_graph(m, "var.bw"), NULL, 0);
 		xsym_case(emu, ctx, fj_module_find_graph(m, "mean_all.bw"), NULL, 0);
 		const fj_rt_dimarg n5 = {"N", 5};
@@ -954,7 +949,6 @@ START_TEST(test_emulated_extra_syms)
 			if (mi == 0 || mi == 1 + c % (FJ_ARRAY_LEN(modes) - 1))
 				xsym_case(emu, ctx, gbw[c], NULL, 0);
 	}
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	fj_nvptx_emu_destroy(emu);
 	for (size_t c = 0; c < FJ_ARRAY_LEN(cases); c++)
 		fj_module_destroy(gm[c]);
@@ -1116,7 +1110,7 @@ static void io_case(fj_nvptx_emu *emu, fj_context *ctx, const char *src, const c
 START_TEST(test_plans_inner_outer)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	set_option(ctx, "nvptx_variants", "");
 	fj_nvptx_plan p;
 	static const char ln_big[] = "graph @main(%x: f32[8192,4096], %w: f32[4096], %b: f32[4096]) {\n"
 	                             "  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[4096], eps=1e-5}\n"
@@ -1141,31 +1135,26 @@ START_TEST(test_plans_inner_outer)
 	ck_assert_int_eq(p.n, 1);
 	ck_assert_uint_eq(p.launch[0].grid, 1);
 	ck_assert_uint_eq(p.workspace, 16 + (1 + 1) * 3 * 16 * 8);
-	setenv("FUSEJIT_NVPTX_VARIANTS", "bpr", 1);
+	set_option(ctx, "nvptx_variants", "bpr");
 	io_plan(ctx, ln_big, &p);
 	ck_assert_int_eq(p.launch[0].variant, 0);
 	ck_assert_uint_eq(p.launch[0].grid, 264);
 	/* groups of 17: 16 (the last of 9 blocks), 17 counters in 80 bytes */
 	ck_assert_uint_eq(p.workspace, 80 + (264 + 16) * 2 * 4096 * 8);
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	fj_context_destroy(ctx);
 }
 END_TEST
 
-/* Every case on the emulator with FUSEJIT_NVPTX_VARIANTS=mode (NULL: the
+/* Every case on the emulator with the nvptx_variants setting mode (NULL: the
  * variant the sizes pick). */
 static void io_cases(const char *mode)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
 	fj_nvptx_emu *emu = NULL;
 	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
-	if (mode)
-		setenv("FUSEJIT_NVPTX_VARIANTS", mode, 1);
-	else
-		unsetenv("FUSEJIT_NVPTX_VARIANTS");
+	set_option(ctx, "nvptx_variants", mode ? mode : "");
 	for (size_t c = 0; c < FJ_ARRAY_LEN(io_srcs); c++)
 		io_case(emu, ctx, io_srcs[c], mode);
-	unsetenv("FUSEJIT_NVPTX_VARIANTS");
 	fj_nvptx_emu_destroy(emu);
 	fj_context_destroy(ctx);
 }
