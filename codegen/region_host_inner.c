@@ -1,0 +1,611 @@
+/* region_host_inner.c -- the host templates of reductions along rows
+ * (reduction_inner, persistent_inner, persistent_inner_outer): blocked
+ * reduction passes, the row cache, streamed outputs, the row outputs
+ * (region_host.c describes them). */
+#include "codegen/region_host_internal.h"
+
+/* ---- blocked reduction passes ----
+ * A reduction pass over a row's K dims walks the innermost K dim in blocks
+ * of KBLOCK elements. f32 sums (sum, var_mean's shifted S1/S2 of f32/f16/
+ * bf16 data) accumulate in f32 within a block -- 16 lanes per AVX-512
+ * vector instead of 8 f64 lanes, no conversions; the vectoriser's partial
+ * sums (lanes x interleave) each add at most KBLOCK / 64 terms -- and each
+ * block's f32 sums are added to the f64 accumulator: the error stays that
+ * of a KBLOCK-term f32 sum, whatever the row length. The innermost loop is
+ * interleaved (independent partial accumulators) to hide the latency of the
+ * loop-carried chains. f32 max / min use block accumulators too (block_acc). */
+enum { KBLOCK = 512, INTERLEAVE = 4 };
+
+typedef struct kblock {
+	knest kn;              /* K loops (innermost: the element loop of a block) */
+	fj_cg_loop bl;         /* the block loop (when nblk) */
+	int nblk;
+	bool blocked;          /* the innermost K loop is blocked */
+	int which[FJ_RG_MAX_REDS];          /* reduction index of blk[i] */
+	fj_rg_acc blk[FJ_RG_MAX_REDS];      /* f32 block accumulators */
+	LLVMValueRef nan[FJ_RG_MAX_REDS];   /* max/min blocks: "a NaN was seen" (i8 variable), else NULL */
+} kblock;
+
+/* Block accumulators: f32 sums (above), and f32 max / min, which within a
+ * block skip NaNs (noted in a flag) so that they compare with nnan selects:
+ * one vmaxps per vector instead of llvm.maximum's NaN and signed-zero
+ * handling in the loop-carried chain; a block with a NaN merges as NaN. */
+static bool block_acc(hctx *h, const fj_rg_acc *acc, fj_rg_acc *blk, LLVMValueRef *nan)
+{
+	bool sum = (acc->kind == FJ_RG_RED_SUM || acc->kind == FJ_RG_RED_VAR_MEAN) && acc->acc_dt == FJ_DT_F64;
+	bool minmax = (acc->kind == FJ_RG_RED_MAX || acc->kind == FJ_RG_RED_MIN) && acc->acc_dt == FJ_DT_F32;
+	if ((!sum && !minmax) || fj_cg_compute_dtype(acc->in_dt) != FJ_DT_F32)
+		return false;
+	*blk = *acc;
+	blk->acc_dt = FJ_DT_F32;
+	for (int i = 0; i < blk->n; i++) {
+		blk->ty[i] = h->cg->t_f32;
+		blk->var[i] = fj_cg_var(h->cg, h->cg->t_f32, NULL, "bacc");
+	}
+	blk->shift = NULL; /* set per block by kblock_begin */
+	*nan = minmax ? fj_cg_var(h->cg, h->cg->t_i8, NULL, "bnan") : NULL;
+	return true;
+}
+
+/* One step of a max / min block accumulator (see block_acc). */
+static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, LLVMValueRef x)
+{
+	fj_cg *cg = h->cg;
+	bool max = blk->kind == FJ_RG_RED_MAX;
+	LLVMValueRef isnan = LLVMBuildFCmp(BB, LLVMRealUNO, x, x, "");
+	LLVMValueRef xs = LLVMBuildSelect(BB, isnan, LLVMConstReal(cg->t_f32, max ? -__builtin_inf() : __builtin_inf()),
+	                                  x, "");
+	LLVMValueRef acc = fj_cg_get(cg, blk->var[0], cg->t_f32);
+	LLVMValueRef better = LLVMBuildFCmp(BB, max ? LLVMRealOGT : LLVMRealOLT, xs, acc, "");
+	LLVMValueRef next = LLVMBuildSelect(BB, better, xs, acc, "");
+	LLVMSetFastMathFlags(better, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	fj_cg_set(cg, blk->var[0], next);
+	/* select, not or: the vectoriser's any-of reduction (mask registers) */
+	fj_cg_set(cg, nan, LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, nan, cg->t_i8), ""));
+}
+
+/* Opens the loops of reduction pass ph (after set_shifts). accs[i] of the
+ * phase are stepped through kb_step(). */
+static void kblock_begin(hctx *h, kblock *kb, fj_rg_acc *accs, int ph, LLVMValueRef *idx)
+{
+	const fj_rg_analysis *a = h->a;
+	kb->nblk = 0;
+	for (int i = 0; i < a->nreds; i++)
+		if (a->red_phase[i] == ph && block_acc(h, &accs[i], &kb->blk[kb->nblk], &kb->nan[kb->nblk]))
+			kb->which[kb->nblk++] = i;
+	kb->blocked = kb->nblk > 0;
+	knest *kn = &kb->kn;
+	kn->n = 0;
+	int inner = -1;
+	for (int d = 0; d < a->dom->rank; d++)
+		if (a->kmask & (1u << d))
+			inner = d;
+	for (int d = 0; d < a->dom->rank; d++) {
+		if (!(a->kmask & (1u << d)))
+			continue;
+		LLVMValueRef n = fj_rg_dim(&h->r, a->dom_v, d);
+		if (d == inner && kb->blocked) {
+			fj_cg_loop_begin(h->cg, &kb->bl, c64(h, 0), n, "kb");
+			kb->bl.step = c64(h, KBLOCK);
+			for (int j = 0; j < kb->nblk; j++) {
+				fj_rg_acc_reset(&h->r, &kb->blk[j]);
+				if (kb->nan[j])
+					fj_cg_set(h->cg, kb->nan[j], LLVMConstInt(h->cg->t_i8, 0, 0));
+			}
+			/* reset drops the shift: K, rounded to f32 by set_shifts, is
+			 * exact back in f32 */
+			for (int j = 0; j < kb->nblk; j++)
+				kb->blk[j].shift = kb->blk[j].kind == FJ_RG_RED_VAR_MEAN && accs[kb->which[j]].shift
+				                   ? LLVMBuildFPTrunc(BB, accs[kb->which[j]].shift, h->cg->t_f32, "") : NULL;
+			LLVMValueRef end = imin(h, LLVMBuildNSWAdd(BB, kb->bl.iv, c64(h, KBLOCK), ""), n);
+			fj_cg_loop_begin(h->cg, &kn->l[kn->n], kb->bl.iv, end, "k");
+		} else {
+			fj_cg_loop_begin(h->cg, &kn->l[kn->n], c64(h, 0), n, "k");
+		}
+		idx[d] = kn->l[kn->n].iv;
+		kn->n++;
+	}
+}
+
+/* Steps reduction i (its block accumulator, if any) with x at position pos
+ * (argmax/argmin; else NULL). */
+static void kb_step(hctx *h, kblock *kb, fj_rg_acc *accs, int i, LLVMValueRef x, LLVMValueRef pos)
+{
+	for (int j = 0; j < kb->nblk; j++)
+		if (kb->which[j] == i) {
+			if (kb->nan[j])
+				block_minmax_step(h, &kb->blk[j], kb->nan[j], x);
+			else
+				fj_rg_acc_step(&h->r, &kb->blk[j], x, pos);
+			return;
+		}
+	fj_rg_acc_step(&h->r, &accs[i], x, pos);
+}
+
+static void kblock_end(hctx *h, kblock *kb, fj_rg_acc *accs)
+{
+	knest *kn = &kb->kn;
+	for (int i = kn->n - 1; i >= 0; i--) {
+		fj_cg_loop_end(h->cg, &kn->l[i]);
+		if (i == kn->n - 1) {
+			fj_rh_vector_width(h, &kn->l[i], INTERLEAVE);
+			if (kb->blocked) {
+				for (int j = 0; j < kb->nblk; j++) {
+					LLVMValueRef v[3];
+					fj_rg_acc_load(&h->r, &kb->blk[j], v);
+					if (kb->nan[j]) {
+						LLVMValueRef seen = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(h->cg, kb->nan[j], h->cg->t_i8),
+						                                  LLVMConstInt(h->cg->t_i8, 0, 0), "");
+						v[0] = LLVMBuildSelect(BB, seen, LLVMConstReal(h->cg->t_f32, __builtin_nan("")), v[0], "");
+					} else {
+						for (int q = 0; q < kb->blk[j].n; q++)
+							v[q] = LLVMBuildFPExt(BB, v[q], h->cg->t_f64, "");
+					}
+					fj_rg_acc_merge(&h->r, &accs[kb->which[j]], v);
+				}
+				fj_cg_loop_end(h->cg, &kb->bl);
+			}
+		}
+	}
+}
+
+/* Linear position of idx within the K dims (argmax/argmin's index). */
+LLVMValueRef fj_rh_kpos(hctx *h, LLVMValueRef *idx)
+{
+	LLVMValueRef pos = c64(h, 0);
+	for (int d = 0; d < h->a->dom->rank; d++)
+		if (h->a->kmask & (1u << d))
+			pos = LLVMBuildNSWAdd(BB, LLVMBuildNSWMul(BB, pos, fj_rg_dim(&h->r, h->a->dom_v, d), ""), idx[d], "");
+	return pos;
+}
+
+bool fj_rh_has_outputs(hctx *h, int cls)
+{
+	for (uint32_t j = 0; j < h->k->nout; j++)
+		if (out_class(h, j) == cls)
+			return true;
+	return false;
+}
+
+/* var_mean sums x - shift and (x - shift)^2 in one pass; their cancellation
+ * error grows with (shift - mean)^2 / var. The shift is the mean of the
+ * row's first SHIFT_N elements along the innermost K dim, rounded to the
+ * input's compute type (so that the f32 block sums and the f64 row sums use
+ * the same shift): (shift - mean)^2 <= var * n / SHIFT_N, so one outlier
+ * cannot ruin the row (with shift = the first element, an outlier there
+ * costs a factor n). */
+enum { SHIFT_N = 64 };
+
+/* Sets the var_mean shift of every reduction of phase ph (0 for an empty
+ * reduction). */
+static void set_shifts(hctx *h, fj_rg_acc *accs, int ph, LLVMValueRef *idx, LLVMValueRef count)
+{
+	fj_cg *cg = h->cg;
+	fj_rg *r = &h->r;
+	int inner = -1;
+	for (int d = 0; d < h->a->dom->rank; d++)
+		if (h->a->kmask & (1u << d))
+			inner = d;
+	for (int i = 0; i < h->a->nreds; i++) {
+		if (h->a->red_phase[i] != ph || accs[i].kind != FJ_RG_RED_VAR_MEAN)
+			continue;
+		fj_dtype ct = fj_cg_compute_dtype(accs[i].in_dt);
+		LLVMValueRef sv = fj_cg_var(cg, cg->t_f64, LLVMConstReal(cg->t_f64, 0), "shift");
+		fj_cg_if c;
+		fj_cg_if_begin(cg, &c, LLVMBuildICmp(BB, LLVMIntSGT, count, c64(h, 0), ""));
+		LLVMValueRef m = imin(h, fj_rg_dim(r, h->a->dom_v, inner), c64(h, SHIFT_N));
+		fj_cg_loop l;
+		fj_cg_loop_begin(cg, &l, c64(h, 0), m, "shift");
+		fj_rg_scope_push(r);
+		LLVMValueRef id2[FJ_MAX_RANK];
+		for (int d = 0; d < h->a->dom->rank; d++)
+			id2[d] = d == inner ? l.iv : (h->a->kmask & (1u << d)) ? c64(h, 0) : idx[d];
+		fj_rg_point p;
+		fj_rg_point_idx(&p, h->a->dom->rank, id2);
+		const fj_node *n = &h->body->nodes[h->a->reds[i]];
+		LLVMValueRef x = fj_cg_convert(cg, fj_rg_eval(r, n->opnds[0], &p), ct, FJ_DT_F64);
+		fj_cg_set(cg, sv, LLVMBuildFAdd(BB, fj_cg_get(cg, sv, cg->t_f64), x, ""));
+		fj_rg_scope_pop(r);
+		fj_cg_loop_end(cg, &l);
+		LLVMValueRef mean = LLVMBuildFDiv(BB, fj_cg_get(cg, sv, cg->t_f64),
+		                                  LLVMBuildSIToFP(BB, m, cg->t_f64, ""), "");
+		fj_cg_set(cg, sv, fj_cg_convert(cg, fj_cg_convert(cg, mean, FJ_DT_F64, ct), ct, FJ_DT_F64));
+		fj_cg_if_end(cg, &c);
+		accs[i].shift = fj_cg_get(cg, sv, cg->t_f64);
+	}
+}
+
+/* ---- reductions along rows (K holds D's innermost dim) ---- */
+
+enum { ROWCACHE = 8192, MAXCACHE = 4 };
+
+/* Values a row pass computes that later passes need again (a reduction
+ * operand that is not an input and has other uses: softmax's exp(x - max)).
+ * They are kept instead of being recomputed: in the row of a D-shaped
+ * output of the same dtype when there is one (softmax: the output row holds
+ * exp(x - max) until the output pass scales it in place: the stores that
+ * bring the output's lines in overlap the exp pass's arithmetic, and no
+ * extra buffer competes for the cache), else, when the row is short enough,
+ * in a per-thread row buffer on the stack. */
+typedef struct rowcache {
+	int n, nstack;
+	fj_vid v[MAXCACHE];
+	int phase[MAXCACHE];   /* filled by the reduction pass of this phase */
+	LLVMTypeRef ty[MAXCACHE];
+	LLVMValueRef buf[MAXCACHE];          /* stack row buffer, or NULL */
+	const fj_cg_tensor *out[MAXCACHE];   /* else: this output's row */
+} rowcache;
+
+/* Is output j D-shaped and stored at the row's own points (its element at
+ * idx is the row's element at idx)? */
+static bool row_output(hctx *h, uint32_t j)
+{
+	return out_class(h, j) == OUT_D && h->a->vals[h->body->results[j]].in_d;
+}
+
+/* A D-shaped output of v's dtype (a compute dtype: no rounding) that no
+ * other cached value uses, or NULL. */
+static const fj_cg_tensor *scratch_output(hctx *h, const rowcache *rc, fj_vid v)
+{
+	fj_dtype dt = h->body->values[v].type.dtype;
+	if (fj_cg_compute_dtype(dt) != dt)
+		return NULL;
+	for (uint32_t j = 0; j < h->k->nout; j++) {
+		const fj_cg_tensor *o = &h->out[j];
+		if (!row_output(h, j) || o->dtype != dt)
+			continue;
+		bool taken = false;
+		for (int k = 0; k < rc->n; k++)
+			taken |= rc->out[k] == o;
+		if (!taken)
+			return o;
+	}
+	return NULL;
+}
+
+static void rowcache_plan(hctx *h, rowcache *rc)
+{
+	const fj_rg_analysis *a = h->a;
+	rc->n = rc->nstack = 0;
+	for (int i = 0; i < a->nreds && rc->n < MAXCACHE; i++) {
+		fj_vid v = h->body->nodes[a->reds[i]].opnds[0];
+		const fj_rg_value *x = &a->vals[v];
+		if (x->cls == FJ_RG_INPUT || x->cls == FJ_RG_LITERAL || x->nuses < 2 || !x->in_d)
+			continue;
+		bool dup = false;
+		for (int k = 0; k < rc->n; k++)
+			dup |= rc->v[k] == v;
+		if (dup)
+			continue;
+		rc->v[rc->n] = v;
+		rc->phase[rc->n] = a->red_phase[i];
+		rc->ty[rc->n] = fj_cg_compute_type(h->cg, h->body->values[v].type.dtype);
+		rc->out[rc->n] = scratch_output(h, rc, v);
+		rc->buf[rc->n] = NULL;
+		if (!rc->out[rc->n]) {
+			rc->buf[rc->n] = fj_cg_var(h->cg, LLVMArrayType(rc->ty[rc->n], ROWCACHE), NULL, "rowcache");
+			rc->nstack++;
+		}
+		rc->n++;
+	}
+}
+
+/* The place of cached value k at the row's element idx (pos: its position
+ * in the row). */
+static LLVMValueRef rc_elem(hctx *h, const rowcache *rc, int k, LLVMValueRef pos, LLVMValueRef *idx)
+{
+	if (rc->out[k]) {
+		LLVMValueRef off = fj_cg_offset(h->cg, rc->out[k], idx);
+		return LLVMBuildInBoundsGEP2(BB, rc->ty[k], rc->out[k]->ptr, &off, 1, "");
+	}
+	LLVMValueRef ix[2] = {c64(h, 0), pos};
+	return LLVMBuildInBoundsGEP2(BB, LLVMArrayType(rc->ty[k], ROWCACHE), rc->buf[k], ix, 2, "");
+}
+
+/* Binds the cached values filled before pass `ph` (nphases: the output pass). */
+/* at the row's point idx alone (in the current memo scope): a result that
+ * reads a cached value at another point (a transposed copy) computes it */
+static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMValueRef *idx)
+{
+	fj_rg_point p;
+	fj_rg_point_idx(&p, h->a->dom->rank, idx);
+	for (int k = 0; rc && k < rc->n; k++)
+		if (rc->phase[k] < ph)
+			fj_rg_bind_at(&h->r, rc->v[k], &p, LLVMBuildLoad2(BB, rc->ty[k], rc_elem(h, rc, k, pos, idx), ""));
+}
+
+/* Streaming the row's D-shaped outputs. A plain store to a line that is not
+ * in cache first reads it (read for ownership): a row kernel that reads x
+ * and writes y moves 3 bytes for every 2 it must. When an output is large
+ * (it will not stay in cache anyway) and its rows are 64-byte aligned, the
+ * output pass writes the row, NTBUF bytes at a time, into a stack buffer
+ * (L1) and a copy loop then moves each chunk out with non-temporal 64-byte
+ * stores, which skip that read. The kernel ends with a fence: non-temporal
+ * stores are weakly ordered. */
+enum { NTBUF = 16384, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
+
+typedef struct ntplan {
+	int n;
+	uint32_t out[MAXNT];      /* output indices */
+	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
+	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
+	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
+} ntplan;
+
+/* Plans streaming for the outputs that qualify when K is D's innermost dim
+ * alone (a row is contiguous) and no cached value lives in them. */
+static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
+{
+	fj_cg *cg = h->cg;
+	const fj_rg_analysis *a = h->a;
+	int dr = a->dom->rank;
+	nt->n = 0;
+	if (a->kmask != 1u << (dr - 1))
+		return;
+	for (uint32_t j = 0; j < h->k->nout && nt->n < MAXNT; j++) {
+		const fj_cg_tensor *o = &h->out[j];
+		bool scratch = false;
+		for (int k = 0; k < rc->n; k++)
+			scratch |= rc->out[k] == o;
+		if (!row_output(h, j) || scratch || o->rank != dr)
+			continue;
+		LLVMValueRef buf = fj_cg_var(cg, LLVMArrayType(cg->t_i8, NTBUF), NULL, "ntbuf");
+		LLVMSetAlignment(buf, 64);
+		nt->out[nt->n] = j;
+		nt->buf[nt->n++] = buf;
+	}
+	if (!nt->n)
+		return;
+	LLVMValueRef ok = LLVMConstInt(cg->t_i1, 1, 0);
+	nt->chunk = NTBUF;
+	for (int i = 0; i < nt->n; i++) {
+		const fj_cg_tensor *o = &h->out[nt->out[i]];
+		int64_t esz = (int64_t)fj_dtype_size(o->dtype);
+		if (NTBUF / esz < nt->chunk)
+			nt->chunk = NTBUF / esz;
+		LLVMValueRef es = c64(h, esz);
+		LLVMValueRef rowb = LLVMBuildNSWMul(BB, o->dim[dr - 1], es, "");
+		LLVMValueRef addr = LLVMBuildPtrToInt(BB, o->ptr, cg->t_i64, "");
+		LLVMValueRef c[3] = {
+			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, addr, c64(h, 63), ""), c64(h, 0), ""),
+			LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, rowb, c64(h, 63), ""), c64(h, 0), ""),
+			LLVMBuildICmp(BB, LLVMIntSGE, LLVMBuildNSWMul(BB, o->numel, es, ""), c64(h, NT_MIN_BYTES), ""),
+		};
+		for (int k = 0; k < 3; k++)
+			ok = LLVMBuildAnd(BB, ok, c[k], "");
+	}
+	nt->ok = ok;
+}
+
+/* The offset in o of the element of the row at idx at K index k. */
+static LLVMValueRef row_offset(hctx *h, const fj_cg_tensor *o, const LLVMValueRef *idx, LLVMValueRef k)
+{
+	LLVMValueRef at[FJ_MAX_RANK];
+	memcpy(at, idx, sizeof at);
+	at[h->a->dom->rank - 1] = k;
+	return fj_cg_offset(h->cg, o, at);
+}
+
+/* Copies hi - lo elements of each planned output from its buffer to offset
+ * off[i] of the output with non-temporal 64-byte stores. */
+static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValueRef lo, LLVMValueRef hi)
+{
+	fj_cg *cg = h->cg;
+	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
+	unsigned mdk = LLVMGetMDKindIDInContext(cg->llctx, "nontemporal", 11);
+	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(cg->t_i32, 1, 0));
+	LLVMValueRef md = LLVMMetadataAsValue(cg->llctx, LLVMMDNodeInContext2(cg->llctx, &one, 1));
+	for (int i = 0; i < nt->n; i++) {
+		const fj_cg_tensor *o = &h->out[nt->out[i]];
+		LLVMValueRef oi = off[i];
+		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &oi, 1, "");
+		LLVMValueRef bytes = LLVMBuildNSWMul(BB, LLVMBuildNSWSub(BB, hi, lo, ""),
+		                                     c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
+		fj_cg_loop l;
+		fj_cg_loop_begin(cg, &l, c64(h, 0), LLVMBuildSDiv(BB, bytes, c64(h, 64), ""), "nt");
+		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[i], &l.iv, 1, "");
+		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, dst0, &l.iv, 1, "");
+		LLVMValueRef v = LLVMBuildLoad2(BB, vty, src, "");
+		LLVMSetAlignment(v, 64);
+		LLVMValueRef st = LLVMBuildStore(BB, v, dst);
+		LLVMSetAlignment(st, 64);
+		LLVMSetMetadata(st, mdk, md);
+		fj_cg_loop_end(cg, &l);
+	}
+}
+
+static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, const LLVMValueRef *off,
+                        LLVMValueRef lo, LLVMValueRef hi)
+{
+	fj_rg *r = &h->r;
+	int dr = h->a->dom->rank;
+	fj_cg_tensor saved[MAXNT];
+	for (int i = 0; nt && i < nt->n; i++) {
+		/* a view of the buffer that the row's own offsets index: its base
+		 * is the buffer minus the offset of element lo (not in bounds: no
+		 * inbounds) */
+		fj_cg_tensor *o = &h->out[nt->out[i]];
+		saved[i] = *o;
+		LLVMValueRef back = LLVMBuildNeg(BB, off[i], "");
+		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
+	}
+	knest kn;
+	fj_cg_loop l;
+	if (nt) {
+		fj_cg_loop_begin(h->cg, &l, lo, hi, "k");
+		idx[dr - 1] = l.iv;
+	} else {
+		fj_rh_knest_begin(h, &kn, idx);
+	}
+	fj_rg_scope_push(r);
+	rc_bind(h, rc, h->a->nphases, rc ? fj_rh_kpos(h, idx) : NULL, idx);
+	fj_rg_point p;
+	fj_rg_point_idx(&p, dr, idx);
+	fj_rh_store_outputs(h, OUT_D, &p);
+	fj_rh_col_accumulate(h, &p, idx);
+	fj_rg_scope_pop(r);
+	if (nt) {
+		fj_cg_loop_end(h->cg, &l);
+		fj_rh_vector_width(h, &l, 0);
+	} else {
+		fj_rh_knest_end(h, &kn, true);
+	}
+	for (int i = 0; nt && i < nt->n; i++)
+		h->out[nt->out[i]] = saved[i];
+}
+
+/* The D-output pass of a row streamed: chunks of the row written to the
+ * buffers, each copied out before the next. */
+static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+{
+	int dr = h->a->dom->rank;
+	LLVMValueRef n = fj_rg_dim(&h->r, h->a->dom_v, dr - 1);
+	fj_cg_loop lc;
+	fj_cg_loop_begin(h->cg, &lc, c64(h, 0), n, "chunk");
+	lc.step = c64(h, nt->chunk);
+	LLVMValueRef hi = imin(h, LLVMBuildNSWAdd(BB, lc.iv, c64(h, nt->chunk), ""), n);
+	LLVMValueRef off[MAXNT];
+	for (int i = 0; i < nt->n; i++)
+		off[i] = row_offset(h, &h->out[nt->out[i]], idx, lc.iv);
+	output_pass(h, rc, idx, nt, off, lc.iv, hi);
+	nt_copy(h, nt, off, lc.iv, hi);
+	fj_cg_loop_end(h->cg, &lc);
+}
+
+/* One row: the reduction passes, then the outputs. rc: NULL, or the values
+ * to keep in the row buffer. */
+static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef *ridx, int nk, LLVMValueRef row,
+                      LLVMValueRef count, const rowcache *rc, const ntplan *nt)
+{
+	fj_rg *r = &h->r;
+	const fj_rg_analysis *a = h->a;
+	int dr = a->dom->rank;
+	fj_rg_scope_push(r);
+	for (int ph = 0; ph < a->nphases; ph++) {
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				fj_rg_acc_reset(r, &accs[i]);
+		set_shifts(h, accs, ph, idx, count);
+		kblock kb;
+		kblock_begin(h, &kb, accs, ph, idx);
+		fj_rg_scope_push(r);
+		LLVMValueRef pos = rc ? fj_rh_kpos(h, idx) : NULL;
+		rc_bind(h, rc, ph, pos, idx);
+		fj_rg_point p;
+		fj_rg_point_idx(&p, dr, idx);
+		for (int i = 0; i < a->nreds; i++) {
+			if (a->red_phase[i] != ph)
+				continue;
+			const fj_node *n = &h->body->nodes[a->reds[i]];
+			LLVMValueRef x = fj_rg_eval(r, n->opnds[0], &p);
+			for (int k = 0; rc && k < rc->n; k++)
+				if (rc->v[k] == n->opnds[0] && rc->phase[k] == ph)
+					LLVMBuildStore(BB, x, rc_elem(h, rc, k, pos, idx));
+			bool arg = accs[i].kind == FJ_RG_RED_ARGMAX || accs[i].kind == FJ_RG_RED_ARGMIN;
+			kb_step(h, &kb, accs, i, x, arg ? fj_rh_kpos(h, idx) : NULL);
+		}
+			fj_rg_scope_pop(r);
+		kblock_end(h, &kb, accs);
+		for (int i = 0; i < a->nreds; i++)
+			if (a->red_phase[i] == ph)
+				fj_rg_acc_finish(r, &accs[i], count);
+	}
+	/* R-sized outputs */
+	if (fj_rh_has_outputs(h, OUT_R)) {
+		fj_rg_point pr;
+		fj_rg_point_idx(&pr, nk, ridx);
+		pr.lin = row;
+		fj_rh_store_outputs(h, OUT_R, &pr);
+	}
+	/* D-sized outputs: one more pass over the row (in cache), streamed out
+	 * when the plan says so */
+	if (fj_rh_has_outputs(h, OUT_D) || h->part) {
+		fj_cg_if c;
+		if (nt->n) {
+			fj_cg_if_begin(h->cg, &c, nt->ok);
+			output_pass_nt(h, rc, idx, nt);
+			fj_cg_if_else(h->cg, &c);
+		}
+		output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
+		if (nt->n)
+			fj_cg_if_end(h->cg, &c);
+	}
+	fj_rg_scope_pop(r);
+}
+
+void fj_rh_tpl_inner(hctx *h)
+{
+	fj_cg *cg = h->cg;
+	fj_rg *r = &h->r;
+	const fj_rg_analysis *a = h->a;
+	int dr = a->dom->rank;
+	fj_rg_acc accs[FJ_RG_MAX_REDS];
+	for (int i = 0; i < a->nreds; i++)
+		fj_rg_acc_init(r, a->reds[i], &accs[i]);
+	rowcache rc;
+	rowcache_plan(h, &rc);
+	ntplan nt;
+	ntplan_make(h, &nt, &rc);
+	bool par = fj_rh_pick_par_r(h);
+	LLVMValueRef rlo, rhi;
+	fj_rh_row_range(h, par, &rlo, &rhi);
+	LLVMValueRef count = fj_rh_red_count(h);
+	/* R's dims */
+	LLVMValueRef rdims[FJ_MAX_RANK];
+	int kd[FJ_MAX_RANK], nk = 0;
+	for (int d = 0; d < dr; d++)
+		if (!(a->kmask & (1u << d))) {
+			rdims[nk] = fj_rg_dim(r, a->dom_v, d);
+			kd[nk++] = d;
+		}
+	/* persistent_inner_outer: the parallel space is the slots */
+	fj_cg_loop ls;
+	if (a->noreds) {
+		LLVMValueRef nrows = c64(h, 1);
+		for (int i = 0; i < nk; i++)
+			nrows = LLVMBuildNSWMul(BB, nrows, rdims[i], "");
+		fj_cg_loop_begin(cg, &ls, h->lo, h->hi, "slot");
+		h->part = fj_rh_slot_base(h, ls.iv);
+		fj_rh_part_zero(h, h->part);
+		rlo = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, ls.iv, nrows, ""), h->nslots, "");
+		rhi = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, LLVMBuildNSWAdd(BB, ls.iv, c64(h, 1), ""), nrows, ""),
+		                    h->nslots, "");
+	}
+	/* two versions when a value is cached on the stack: rows that fit the
+	 * row buffer, and rows that recompute it */
+	fj_cg_if c;
+	if (rc.nstack)
+		fj_cg_if_begin(cg, &c, LLVMBuildICmp(BB, LLVMIntSLE, count, c64(h, ROWCACHE), ""));
+	int last = rc.n && !rc.nstack ? 0 : 1; /* version 0 caches, 1 recomputes */
+	for (int version = rc.n ? 0 : 1; version <= last; version++) {
+		fj_cg_loop lr;
+		fj_cg_loop_begin(cg, &lr, rlo, rhi, "rows");
+		LLVMValueRef ridx[FJ_MAX_RANK], idx[FJ_MAX_RANK];
+		fj_cg_unravel(cg, lr.iv, rdims, nk, ridx);
+		for (int i = 0; i < nk; i++)
+			idx[kd[i]] = ridx[i];
+		inner_row(h, accs, idx, ridx, nk, lr.iv, count, version == 0 ? &rc : NULL, &nt);
+		fj_rh_col_row_done(h, lr.iv, rlo, rhi);
+		fj_cg_loop_end(cg, &lr);
+		if (version == 0 && rc.nstack)
+			fj_cg_if_else(cg, &c);
+	}
+	if (rc.nstack)
+		fj_cg_if_end(cg, &c);
+	if (a->noreds) {
+		/* the slot is done: the last one merges (acq_rel: it sees every
+		 * other slot's partials) */
+		LLVMValueRef done = LLVMBuildAtomicRMW(BB, LLVMAtomicRMWBinOpAdd, h->ws, c64(h, 1),
+		                                       LLVMAtomicOrderingAcquireRelease, 0);
+		fj_cg_if merge;
+		fj_cg_if_begin(cg, &merge, LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildNSWAdd(BB, done, c64(h, 1), ""),
+		                                        h->nslots, ""));
+		fj_rh_col_merge(h);
+		fj_cg_if_end(cg, &merge);
+		fj_cg_loop_end(cg, &ls);
+		h->part = NULL;
+	}
+	if (nt.n) /* the streamed rows are visible before the call returns */
+		LLVMBuildFence(BB, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+}
