@@ -110,38 +110,7 @@
 
 #include "backend_nvptx/region_gpu_internal.h"
 
-static void attr(gk *k, LLVMValueRef f, int idx, const char *name, uint64_t val)
-{
-	unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
-	LLVMAddAttributeAtIndex(f, (LLVMAttributeIndex)idx, LLVMCreateEnumAttribute(k->cg->llctx, kind, val));
-}
-
 /* ---- entries ---- */
-
-static V load_dim(gk *k, V dims, int64_t i)
-{
-	V ix = i64c(k, i);
-	V p = LLVMBuildInBoundsGEP2(B, k->cg->t_i64, dims, &ix, 1, "");
-	V v = LLVMBuildLoad2(B, k->cg->t_i64, p, "d");
-	LLVMSetAlignment(v, 8);
-	return v;
-}
-
-static void make_view(gk *k, fj_cg_tensor *t, V ptr, fj_dtype dt, int rank, V dims, int64_t *di)
-{
-	memset(t, 0, sizeof *t);
-	t->ptr = ptr;
-	t->dtype = dt;
-	t->rank = rank;
-	for (int d = 0; d < rank; d++)
-		t->dim[d] = load_dim(k, dims, (*di)++);
-	V s = i64c(k, 1);
-	for (int d = rank - 1; d >= 0; d--) {
-		t->stride[d] = s;
-		s = LLVMBuildNSWMul(B, s, t->dim[d], "");
-	}
-	t->numel = s;
-}
 
 /* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr
  * status[, ptr workspace]) -- the workspace when k->want_ws (read and
@@ -162,15 +131,15 @@ fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	cg->fn = f;
 	if (k->c)
 		fj_nvptx_mark_kernel(k->c, f, maxntid);
-	attr(k, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
+	fj_cg_add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
 	for (uint32_t i = 0; i < ndims_i + 2; i++) {
-		attr(k, f, (int)i + 1, "noalias", 0);
-		attr(k, f, (int)i + 1, "nocapture", 0);
+		fj_cg_add_attr(cg, f, (int)i + 1, "noalias", 0);
+		fj_cg_add_attr(cg, f, (int)i + 1, "nocapture", 0);
 		bool input = i < n->nopnds || i == ndims_i;
 		if (input)
-			attr(k, f, (int)i + 1, "readonly", 0);
+			fj_cg_add_attr(cg, f, (int)i + 1, "readonly", 0);
 		if (align && i < n->nopnds + n->nres)
-			attr(k, f, (int)i + 1, "align", align);
+			fj_cg_add_attr(cg, f, (int)i + 1, "align", align);
 	}
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
 	LLVMPositionBuilderAtEnd(cg->b, cg->entry);
@@ -179,26 +148,7 @@ fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	k->wsp = k->want_ws ? LLVMGetParam(f, ndims_i + 2) : NULL;
 	int64_t di = 0;
 	memset(k->in, 0, sizeof k->in);
-	for (uint32_t i = 0; i < n->nopnds; i++) {
-		fj_cg_operand *o = &k->in[i];
-		if (n->opnds[i] == FJ_NOVAL) {
-			o->none = true;
-			o->t.dtype = FJ_DT_F32;
-			continue;
-		}
-		const fj_value *v = fj_val(k->a->g, n->opnds[i]);
-		if (v->kind == FJ_VK_LITERAL) {
-			o->literal = true;
-			o->lit = v->lit;
-			o->t.dtype = v->type.dtype;
-			continue;
-		}
-		make_view(k, &o->t, LLVMGetParam(f, i), v->type.dtype, v->type.rank, dims, &di);
-	}
-	for (uint32_t j = 0; j < n->nres; j++) {
-		const fj_value *v = fj_val(k->a->g, n->res[j]);
-		make_view(k, &k->out[j], LLVMGetParam(f, n->nopnds + j), v->type.dtype, v->type.rank, dims, &di);
-	}
+	fj_cg_node_views(cg, k->a->g, n, dims, fj_cg_param_ptr, f, k->in, k->out, &di);
 	k->nin = n->nopnds;
 	k->nout = n->nres;
 	k->status = fj_cg_var(cg, cg->t_i32, fj_cg_i32(cg, FJ_KERR_OK), "status");

@@ -235,6 +235,31 @@ typedef struct fj_cg_kernel {
 	uint32_t par_mask;
 } fj_cg_kernel;
 
+/* ---- the kernel ABI (codegen/kernel_abi.c): views, dims, parameter
+ * attributes, shared by the host kernels, the host region kernels and the
+ * GPU entries ---- */
+
+/* Adds enum attribute `name` (value val: bytes for "align", else 0) at
+ * attribute index idx of function f (LLVMAttributeFunctionIndex, or
+ * parameter i + 1). */
+void fj_cg_add_attr(fj_cg *cg, LLVMValueRef f, int idx, const char *name, uint64_t val);
+/* base[i] of type ty (an argument array: an 8-aligned load named name). */
+LLVMValueRef fj_cg_load_at(fj_cg *cg, LLVMTypeRef ty, LLVMValueRef base, int64_t i, const char *name);
+/* A dense row-major view of `rank` sizes read from dims[*di...] (*di
+ * advances past them). */
+void fj_cg_make_view(fj_cg *cg, fj_cg_tensor *t, LLVMValueRef ptr, fj_dtype dt, int rank, LLVMValueRef dims,
+                     int64_t *di);
+/* The data pointer of node operand i (i >= nopnds: result i - nopnds). */
+typedef LLVMValueRef (*fj_cg_ptr_fn)(fj_cg *cg, void *ud, uint32_t i);
+/* An fj_cg_ptr_fn: parameter i of function fn (the pointers as parameters). */
+LLVMValueRef fj_cg_param_ptr(fj_cg *cg, void *fn, uint32_t i);
+/* The views of node n's operands (in: `none` and literal operands marked,
+ * the others viewed) and results (out), their sizes read from dims[*di...]
+ * in ABI order; ptr_of is asked for each viewed operand's and result's
+ * pointer, in that order. */
+void fj_cg_node_views(fj_cg *cg, const fj_graph *g, const fj_node *n, LLVMValueRef dims, fj_cg_ptr_fn ptr_of,
+                      void *ud, fj_cg_operand *in, fj_cg_tensor *out, int64_t *di);
+
 typedef fj_status (*fj_cg_emit_fn)(fj_cg *cg, fj_cg_kernel *k);
 /* The per-node kernel emitter of an op (the reference executor's lowering),
  * or NULL. Keyed by op in one table (codegen/kernel.c). */

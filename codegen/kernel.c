@@ -82,40 +82,18 @@ fj_cg_emit_fn fj_cg_node_emitter(fj_op op)
 	return fj_cg_scalar_lowering(op) ? fj_cg_emit_pointwise : NULL;
 }
 
-/* ---- the kernel ABI ---- */
+/* ---- the kernel ABI (views and attributes: kernel_abi.c) ---- */
 
-static LLVMValueRef load_at(fj_cg *cg, LLVMTypeRef ty, LLVMValueRef base, int64_t i, const char *name)
-{
-	LLVMValueRef ix = fj_cg_i64(cg, i);
-	LLVMValueRef p = LLVMBuildInBoundsGEP2(cg->b, ty, base, &ix, 1, "");
-	LLVMValueRef v = LLVMBuildLoad2(cg->b, ty, p, name);
-	LLVMSetAlignment(v, 8);
-	/* The argument arrays are never written by the kernel. */
-	return v;
-}
+/* Operand and result pointers from the ptrs array ("p", then "q"). */
+typedef struct ptr_array {
+	LLVMValueRef ptrs;
+	uint32_t nopnds;
+} ptr_array;
 
-/* Builds a dense row-major view of `rank` sizes read from dims[*di...]. */
-static void make_view(fj_cg *cg, fj_cg_tensor *t, LLVMValueRef ptr, fj_dtype dt, int rank,
-                      LLVMValueRef dims, int64_t *di)
+static LLVMValueRef ptr_from_array(fj_cg *cg, void *ud, uint32_t i)
 {
-	memset(t, 0, sizeof *t);
-	t->ptr = ptr;
-	t->dtype = dt;
-	t->rank = rank;
-	for (int k = 0; k < rank; k++)
-		t->dim[k] = load_at(cg, cg->t_i64, dims, (*di)++, "d");
-	LLVMValueRef s = fj_cg_i64(cg, 1);
-	for (int k = rank - 1; k >= 0; k--) {
-		t->stride[k] = s;
-		s = LLVMBuildNSWMul(cg->b, s, t->dim[k], "");
-	}
-	t->numel = s;
-}
-
-static void add_attr(fj_cg *cg, LLVMValueRef f, int idx, const char *name)
-{
-	unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
-	LLVMAddAttributeAtIndex(f, (LLVMAttributeIndex)idx, LLVMCreateEnumAttribute(cg->llctx, kind, 0));
+	const ptr_array *pa = ud;
+	return fj_cg_load_at(cg, cg->t_ptr, pa->ptrs, i, i < pa->nopnds ? "p" : "q");
 }
 
 fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, const char *name,
@@ -131,11 +109,11 @@ fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, co
 	LLVMTypeRef ps[4] = {cg->t_ptr, cg->t_ptr, cg->t_i64, cg->t_i64};
 	LLVMTypeRef fty = LLVMFunctionType(cg->t_i32, ps, 4, 0);
 	LLVMValueRef f = LLVMAddFunction(cg->mod, name, fty);
-	add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind");
+	fj_cg_add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
 	for (int i = 1; i <= 2; i++) {
-		add_attr(cg, f, i, "noalias");
-		add_attr(cg, f, i, "nocapture");
-		add_attr(cg, f, i, "readonly");
+		fj_cg_add_attr(cg, f, i, "noalias", 0);
+		fj_cg_add_attr(cg, f, i, "nocapture", 0);
+		fj_cg_add_attr(cg, f, i, "readonly", 0);
 	}
 	cg->fn = f;
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
@@ -146,28 +124,8 @@ fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, co
 	fj_cg_tensor out[n->nres ? n->nres : 1];
 	memset(in, 0, sizeof in);
 	int64_t di = 0;
-	for (uint32_t i = 0; i < n->nopnds; i++) {
-		fj_cg_operand *o = &in[i];
-		if (n->opnds[i] == FJ_NOVAL) {
-			o->none = true;
-			o->t.dtype = FJ_DT_F32;
-			continue;
-		}
-		const fj_value *v = fj_val(g, n->opnds[i]);
-		if (v->kind == FJ_VK_LITERAL) {
-			o->literal = true;
-			o->lit = v->lit;
-			o->t.dtype = v->type.dtype;
-			continue;
-		}
-		LLVMValueRef p = load_at(cg, cg->t_ptr, ptrs, i, "p");
-		make_view(cg, &o->t, p, v->type.dtype, v->type.rank, dims, &di);
-	}
-	for (uint32_t j = 0; j < n->nres; j++) {
-		const fj_value *v = fj_val(g, n->res[j]);
-		LLVMValueRef p = load_at(cg, cg->t_ptr, ptrs, n->nopnds + j, "q");
-		make_view(cg, &out[j], p, v->type.dtype, v->type.rank, dims, &di);
-	}
+	ptr_array pa = {ptrs, n->nopnds};
+	fj_cg_node_views(cg, g, n, dims, ptr_from_array, &pa, in, out, &di);
 
 	fj_cg_kernel k = {
 		.g = g, .node = n, .nin = n->nopnds, .nout = n->nres, .in = in, .out = out,

@@ -248,34 +248,6 @@ void fj_rh_knest_end(hctx *h, knest *kn, bool innermost)
 
 /* ---- the kernel ---- */
 
-/* A dense row-major view of `rank` sizes read from dims[*di ...]. */
-static void make_view(fj_cg *cg, fj_cg_tensor *t, LLVMValueRef ptr, fj_dtype dt, int rank, LLVMValueRef dims,
-                      int64_t *di)
-{
-	memset(t, 0, sizeof *t);
-	t->ptr = ptr;
-	t->dtype = dt;
-	t->rank = rank;
-	for (int k = 0; k < rank; k++) {
-		LLVMValueRef ix = fj_cg_i64(cg, (*di)++);
-		LLVMValueRef v = LLVMBuildLoad2(cg->b, cg->t_i64, LLVMBuildInBoundsGEP2(cg->b, cg->t_i64, dims, &ix, 1, ""), "d");
-		LLVMSetAlignment(v, 8);
-		t->dim[k] = v;
-	}
-	LLVMValueRef s = fj_cg_i64(cg, 1);
-	for (int k = rank - 1; k >= 0; k--) {
-		t->stride[k] = s;
-		s = LLVMBuildNSWMul(cg->b, s, t->dim[k], "");
-	}
-	t->numel = s;
-}
-
-static void add_attr(fj_cg *cg, LLVMValueRef f, int idx, const char *name)
-{
-	unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
-	LLVMAddAttributeAtIndex(f, (LLVMAttributeIndex)idx, LLVMCreateEnumAttribute(cg->llctx, kind, 0));
-}
-
 static fj_status emit_body(hctx *h)
 {
 	const fj_rg_analysis *a = h->a;
@@ -338,19 +310,19 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	memcpy(name + nlen, ".region", 8);
 	LLVMValueRef f = LLVMAddFunction(cg->mod, name, fty);
 	LLVMSetLinkage(f, LLVMInternalLinkage);
-	add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind");
-	add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "alwaysinline");
+	fj_cg_add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
+	fj_cg_add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "alwaysinline", 0);
 	for (uint32_t i = 0; i < np; i++) {
-		add_attr(cg, f, (int)i + 1, "noalias");
-		add_attr(cg, f, (int)i + 1, "nocapture");
+		fj_cg_add_attr(cg, f, (int)i + 1, "noalias", 0);
+		fj_cg_add_attr(cg, f, (int)i + 1, "nocapture", 0);
 		if (i < nin)
-			add_attr(cg, f, (int)i + 1, "readonly");
+			fj_cg_add_attr(cg, f, (int)i + 1, "readonly", 0);
 	}
-	add_attr(cg, f, (int)np + 1, "readonly");
-	add_attr(cg, f, (int)np + 1, "nocapture");
+	fj_cg_add_attr(cg, f, (int)np + 1, "readonly", 0);
+	fj_cg_add_attr(cg, f, (int)np + 1, "nocapture", 0);
 	if (a.noreds) {
-		add_attr(cg, f, (int)np + 4, "noalias");
-		add_attr(cg, f, (int)np + 4, "nocapture");
+		fj_cg_add_attr(cg, f, (int)np + 4, "noalias", 0);
+		fj_cg_add_attr(cg, f, (int)np + 4, "nocapture", 0);
 	}
 
 	LLVMValueRef ofn = cg->fn;
@@ -368,14 +340,7 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	fj_cg_tensor out[nout ? nout : 1];
 	LLVMValueRef dims = LLVMGetParam(f, np);
 	int64_t di = 0;
-	for (uint32_t i = 0; i < nin; i++) {
-		in[i] = k->in[i];
-		if (k->in[i].none || k->in[i].literal)
-			continue;
-		make_view(cg, &in[i].t, LLVMGetParam(f, i), k->in[i].t.dtype, k->in[i].t.rank, dims, &di);
-	}
-	for (uint32_t j = 0; j < nout; j++)
-		make_view(cg, &out[j], LLVMGetParam(f, nin + j), k->out[j].dtype, k->out[j].rank, dims, &di);
+	fj_cg_node_views(cg, k->g, k->node, dims, fj_cg_param_ptr, f, in, out, &di);
 	LLVMValueRef status = fj_cg_var(cg, cg->t_i32, fj_cg_i32(cg, FJ_KERR_OK), "status");
 	hctx h = {.cg = cg, .k = k, .a = &a, .body = a.body, .in = in, .out = out,
 	          .lo = LLVMGetParam(f, np + 1), .hi = LLVMGetParam(f, np + 2)};
