@@ -86,10 +86,9 @@ static void plan_io(const fj_rg_analysis *a, int64_t (*dimval)(void *ud, fj_dim 
 		else
 			rows *= d;
 	}
-	bool ordered = false;
+	bool ordered = a->ordered;
 	for (int i = 0; i < a->nreds; i++) {
 		fj_op op = body->nodes[a->reds[i]].op;
-		ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
 		plan->may_fail |= op == FJ_OP_PRIMS_AMAX || op == FJ_OP_PRIMS_AMIN || op == FJ_OP_PRIMS_ARGMAX ||
 		                  op == FJ_OP_PRIMS_ARGMIN;
 	}
@@ -194,17 +193,14 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 			const fj_node *r0 = &body->nodes[a.reds[0]];
 			t = &body->values[r0->opnds[0]].type;
 			int64_t rows = 1, len = 1;
-			int inner = -1;
 			for (int i = 0; i < t->rank; i++) {
 				d[i] = dimval(ud, t->dims[i]);
 				if (a.kmask & (1u << i))
 					len *= d[i];
 				else
 					rows *= d[i];
-				if (d[i] != 1)
-					inner = i;
 			}
-			bool is_inner = inner < 0 || (a.kmask & (1u << inner));
+			bool is_inner = a.inner; /* the region plan */
 			for (int i = 0; i < a.nreds; i++) {
 				fj_op op = body->nodes[a.reds[i]].op;
 				if (op == FJ_OP_PRIMS_AMAX || op == FJ_OP_PRIMS_AMIN || op == FJ_OP_PRIMS_ARGMAX ||
@@ -213,11 +209,7 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint
 			}
 			if (rows <= 0)
 				break;
-			bool ordered = false;
-			for (int i = 0; i < a.nreds; i++) {
-				fj_op op = body->nodes[a.reds[i]].op;
-				ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
-			}
+			bool ordered = a.ordered;
 			/* tests force a variant: "bpr", "tpr", "reg", "col" or "split" */
 			int64_t nsplit = split_chunks(&a, is_inner, ordered, rows, len, force);
 			int var = len <= 16 || (!is_inner && rows >= 2048) ? 1 : 0;

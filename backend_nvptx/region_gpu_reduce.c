@@ -30,11 +30,7 @@ static fj_status red_setup(gk *k, redctx *rc)
 	}
 	for (uint32_t j = 0; j < body->nresults && j < MAXIO; j++)
 		rc->space[j] = "DRC"[a->vals[body->results[j]].space];
-	rc->ordered = false;
-	for (int i = 0; i < a->nreds; i++) {
-		fj_op op = body->nodes[a->reds[i]].op;
-		rc->ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
-	}
+	rc->ordered = a->ordered;
 	return FJ_OK;
 }
 
@@ -112,8 +108,7 @@ static void store_space(gk *k, const redctx *rc, char space, int rank, const V *
  * len + j], 8 bytes each). */
 V fj_gpu_io_slot(gk *k, V part, V blk, int o, V len, V j)
 {
-	V at = add(k, mul(k, add(k, mul(k, blk, i64c(k, k->a->noreds)), i64c(k, o)), len), j);
-	return LLVMBuildInBoundsGEP2(B, k->cg->t_i64, part, &at, 1, "");
+	return fj_rg_col_slot(&k->r, part, k->cg->t_i64, blk, o, len, j); /* the region plan's layout */
 }
 
 /* Adds the operand of acc's outer reduction at point p to the state in

@@ -32,12 +32,7 @@ bool fj_gpu_split_ok(const fj_rg_analysis *a)
 	if (a->nreds == 0 || a->nphases != 1 || a->sched == FJ_RG_MATMUL || a->sched == FJ_RG_SCAN ||
 	    a->sched == FJ_RG_TAKE || a->sched == FJ_RG_GATHER || a->sched == FJ_RG_SCATTER)
 		return false;
-	for (int i = 0; i < a->nreds; i++) {
-		fj_op op = a->node->body->nodes[a->reds[i]].op;
-		if (op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN)
-			return false;
-	}
-	return true;
+	return !a->ordered;
 }
 
 /* Bytes of counters before the partials (16-byte aligned). */
@@ -459,21 +454,10 @@ fj_status fj_gpu_emit_io(gk *k, bool reg)
 	for (int o = 0; o < a->noreds; o++)
 		fj_rg_acc_reset(&k->r, &oacc[o]);
 	io_merge_slices(k, oacc, gpart, i64c(k, 0), ngroups, rc.len, cl.iv);
-	for (int o = 0; o < a->noreds; o++)
-		fj_rg_acc_finish(&k->r, &oacc[o], rc.rows);
+	fj_rg_col_finish(&k->r, oacc, rc.rows);
 	V kidx[FJ_MAX_RANK];
 	fj_gpu_unravel(k, rc.dv, rc.kdims, rc.nk, cl.iv, kidx);
-	for (uint32_t j = 0; j < k->nout; j++) {
-		if (rc.space[j] != 'C')
-			continue;
-		fj_vid v = k->body->results[j];
-		fj_rg_point p;
-		if (a->vals[v].in_c)
-			fj_rg_point_idx(&p, rc.nk, kidx);
-		else
-			fj_rg_point_lin(&p, k->body->values[v].type.rank, cl.iv);
-		fj_rg_store(&k->r, &k->out[j], cl.iv, v, &p);
-	}
+	fj_rg_col_store(&k->r, cl.iv, kidx);
 	fj_gpu_gloop_end(k, &cl);
 	fj_cg_if c5;
 	fj_gpu_if_begin(k, &c5, bc.tid0);

@@ -301,6 +301,29 @@ void fj_rg_analysis_free(fj_rg_analysis *a)
 	a->xsyms = NULL;
 }
 
+/* The region plan (fj_rg_analysis.inner, ordered): inner or outer as the
+ * `schedule` pass named it (the innermost non-unit dim of D reduced or
+ * not), the one decision every target follows. */
+static void plan_region(fj_rg_analysis *a)
+{
+	fj_rg_schedule s = a->sched;
+	a->inner = s == FJ_RG_REDUCTION_INNER || s == FJ_RG_PERSISTENT_INNER || s == FJ_RG_PERSISTENT_INNER_OUTER ||
+	           (a->nreds && a->rrank == 0);
+	if (a->nreds && s != FJ_RG_REDUCTION_OUTER && s != FJ_RG_PERSISTENT_OUTER && !a->inner) {
+		/* reductions under a schedule that names no side (a hand-written
+		 * one): the pass's rule, the innermost non-unit dim of D reduced */
+		int d = a->dom->rank - 1;
+		while (d >= 0 && a->dom->dims[d] == 1)
+			d--;
+		a->inner = d < 0 || (a->kmask & (1u << d));
+	}
+	a->ordered = false;
+	for (int i = 0; i < a->nreds; i++) {
+		fj_op op = a->body->nodes[a->reds[i]].op;
+		a->ordered |= op == FJ_OP_PRIMS_ARGMAX || op == FJ_OP_PRIMS_ARGMIN;
+	}
+}
+
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)
 {
 	memset(a, 0, sizeof *a);
@@ -486,6 +509,7 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			if (a->vals[v].cls == FJ_RG_ROW && a->vals[v].in_d && a->kmask)
 				a->has_row_d = true;
 		}
+		plan_region(a);
 		if (st == FJ_OK)
 			st = result_spaces(a);
 		if (st == FJ_OK)

@@ -72,7 +72,8 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-8" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point */
+#define FJ_RG_VERSION "region-9" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
+                                  * region-9: the region plan's column-slot layout on the host */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
@@ -178,6 +179,14 @@ typedef struct fj_rg_analysis {
 	 * in this order (by name; fj_rg_extra_syms) */
 	uint32_t *xsyms;
 	uint32_t nxsyms;
+	/* ---- the region plan: the schedule's decisions, which the host and
+	 * the GPU templates both read (with red_phase/nphases: the phases, and
+	 * vals[].space: where each result is stored) ---- */
+	bool inner;             /* reductions along rows, K holding D's innermost dim (the
+	                         * schedule's reduction_inner, persistent_inner,
+	                         * persistent_inner_outer; and a region that reduces every
+	                         * dim); else across rows (reduction_outer, persistent_outer) */
+	bool ordered;           /* an argmax/argmin: a partial visits its positions in order */
 } fj_rg_analysis;
 
 /* Analyses fusion.kernel `node` of g. Errors (FJ_ERR_UNSUPPORTED: a region
@@ -338,6 +347,33 @@ void fj_rg_acc_merge(fj_rg *r, fj_rg_acc *acc, LLVMValueRef other[3]);
  * reduced elements) and binds them (fj_rg_bind). Sets FJ_KERR_VALUE for an
  * empty amax/amin/argmax/argmin (status). */
 void fj_rg_acc_finish(fj_rg *r, fj_rg_acc *acc, LLVMValueRef count);
+
+/* ---- persistent_inner_outer's column slots: one protocol for every
+ * target (codegen/region_acc.c) ----
+ * The rows are shared among S slots (a host thread's share of the rows, a
+ * GPU block). Slot s keeps, for outer reduction o (sum, prod, amax, amin:
+ * one state value, 8 bytes, f64 or i64) and column c of the C columns, its
+ * state at element (s * noreds + o) * C + c of the slots' area
+ * (fj_rg_col_slot). Each slot counts itself done on a counter after a
+ * fence; the last one merges the states of every slot in slot order
+ * s = 0, 1, ... (a GPU grid merges groups of consecutive slots first, still
+ * in order), so the bits depend on S alone, then finishes the reductions
+ * (fj_rg_col_finish) and stores the column-shaped results at each column
+ * (fj_rg_col_store). The area's place in the workspace and the counters
+ * are the target's (the host's header, FJ_RG_HOST_SLOT_*; the GPU's
+ * counters, backend_nvptx/region_gpu_split.c). */
+
+/* &state (as type ty) of outer reduction o at column col of slot `slot`
+ * (i64) in `area`, C = ncols. */
+LLVMValueRef fj_rg_col_slot(fj_rg *r, LLVMValueRef area, LLVMTypeRef ty, LLVMValueRef slot, int o,
+                            LLVMValueRef ncols, LLVMValueRef col);
+/* After the merge: finishes every outer reduction (oacc, one per a->oreds
+ * entry; rows: the number of rows summed) and binds its result. */
+void fj_rg_col_finish(fj_rg *r, fj_rg_acc *oacc, LLVMValueRef rows);
+/* Stores every column-shaped result (space C) at column col (its linear
+ * index over C), evaluated at kidx (the column's index over D's K dims)
+ * where it has C's shape, when kidx is given, else at col. */
+void fj_rg_col_store(fj_rg *r, LLVMValueRef col, const LLVMValueRef *kidx);
 
 /* ---- the host templates (codegen/region_host.c) ---- */
 

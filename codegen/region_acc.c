@@ -1,6 +1,7 @@
 /* region_acc.c -- the reduction accumulators of the region code generator
  * (region.h, fj_rg_acc_*): identity, step, merge and finish of every
- * reduction kind, shared by the host and GPU templates. */
+ * reduction kind, shared by the host and GPU templates; and the column-slot
+ * protocol of persistent_inner_outer (region.h). */
 #include <string.h>
 
 #include "codegen/region_internal.h"
@@ -262,5 +263,38 @@ void fj_rg_acc_finish(fj_rg *r, fj_rg_acc *acc, LLVMValueRef count)
 			fj_rg_bind(r, n->res[1], fj_cg_convert(cg, mean, FJ_DT_F64, vdt(r, n->res[1])));
 		break;
 	}
+	}
+}
+
+/* ---- persistent_inner_outer's column slots (region.h) ---- */
+
+LLVMValueRef fj_rg_col_slot(fj_rg *r, LLVMValueRef area, LLVMTypeRef ty, LLVMValueRef slot, int o,
+                            LLVMValueRef ncols, LLVMValueRef col)
+{
+	LLVMValueRef s = LLVMBuildMul(B, slot, c64(r, r->a->noreds), "");
+	LLVMValueRef at = LLVMBuildAdd(B, LLVMBuildMul(B, LLVMBuildAdd(B, s, c64(r, o), ""), ncols, ""), col, "");
+	return LLVMBuildInBoundsGEP2(B, ty, area, &at, 1, "");
+}
+
+void fj_rg_col_finish(fj_rg *r, fj_rg_acc *oacc, LLVMValueRef rows)
+{
+	for (int o = 0; o < r->a->noreds; o++)
+		fj_rg_acc_finish(r, &oacc[o], rows);
+}
+
+void fj_rg_col_store(fj_rg *r, LLVMValueRef col, const LLVMValueRef *kidx)
+{
+	const fj_rg_analysis *a = r->a;
+	int nk = __builtin_popcount(a->kmask);
+	for (uint32_t j = 0; j < r->nout; j++) {
+		fj_vid v = r->body->results[j];
+		if (a->vals[v].space != FJ_RG_SPACE_C)
+			continue;
+		fj_rg_point p;
+		if (kidx && a->vals[v].in_c)
+			fj_rg_point_idx(&p, nk, kidx);
+		else
+			fj_rg_point_lin(&p, r->body->values[v].type.rank, col);
+		fj_rg_store(r, &r->out[j], col, v, &p);
 	}
 }

@@ -264,18 +264,7 @@ static fj_status emit_body(hctx *h)
 		fj_rh_tpl_pointwise(h);
 		return h->cg->st;
 	}
-	if (a->rrank == 0 || a->noreds) {
-		fj_rh_tpl_inner(h);
-		return h->cg->st;
-	}
-	/* inner when the innermost non-unit dim of D is reduced */
-	int inner = -1;
-	for (int d = a->dom->rank; d-- > 0;)
-		if (a->dom->dims[d] != 1) {
-			inner = d;
-			break;
-		}
-	if (inner < 0 || (a->kmask & (1u << inner)))
+	if (a->inner) /* the region plan: inner or outer */
 		fj_rh_tpl_inner(h);
 	else
 		fj_rh_tpl_outer(h);

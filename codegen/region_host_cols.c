@@ -6,15 +6,16 @@
  * The parallel space is S slots (dims' last entry, chosen by the runtime);
  * slot s runs the rows [s*N/S, (s+1)*N/S) and adds, in its output pass,
  * every outer reduction's operand at each column into its own partials in
- * the workspace (after a header of FJ_RG_HOST_SLOT_HEADER bytes whose
- * first i64 counts the finished slots, zeroed by the runtime before the
- * call). A slot holds noreds x C f64 (i64 for integer sums) partials, then
- * noreds x C f32 block partials: sums of f32/f16/bf16 data add each row in
- * f32 (16 lanes a vector, no conversion) and move the block into the f64
- * partials every ROWBLK rows -- the error of a ROWBLK-term f32 sum, as the
- * blocked row passes above. The slot that finishes last merges the f64
- * partials in slot order -- deterministic for a given S -- and stores the
- * column results. */
+ * the workspace, with the layout and merge order of the region plan's
+ * column slots (region.h, fj_rg_col_slot): after a header of
+ * FJ_RG_HOST_SLOT_HEADER bytes whose first i64 counts the finished slots
+ * (zeroed by the runtime before the call), the S slots' f64 (i64 for
+ * integer sums) states, then as many f32 block partials, at the same
+ * indexes: sums of f32/f16/bf16 data add each row in f32 (16 lanes a
+ * vector, no conversion) and move the block into the f64 states every
+ * ROWBLK rows -- the error of a ROWBLK-term f32 sum, as the blocked row
+ * passes above. The slot that finishes last merges the states in slot
+ * order -- deterministic for a given S -- and stores the column results. */
 enum { ROWBLK = 16 };
 
 /* Does outer reduction i add f32 row blocks (else straight into f64/i64)? */
@@ -33,16 +34,22 @@ static LLVMTypeRef part_type(hctx *h, int i)
 
 static LLVMValueRef ncols(hctx *h) { return fj_rh_red_count(h); }
 
-/* &partial[i][pos] of the slot at `base` (blk: of the f32 block partials). */
-static LLVMValueRef part_at(hctx *h, LLVMValueRef base, int i, LLVMValueRef pos, bool blk)
+/* The slots' states (after the header), or (blk) their f32 block partials
+ * (after the states). */
+static LLVMValueRef slot_area(hctx *h, bool blk)
 {
-	LLVMValueRef nc = ncols(h);
-	LLVMValueRef off = LLVMBuildNSWAdd(BB, LLVMBuildNSWMul(BB, c64(h, i), nc, ""), pos, "");
+	LLVMValueRef hdr = c64(h, FJ_RG_HOST_SLOT_HEADER);
+	LLVMValueRef states = LLVMBuildInBoundsGEP2(BB, h->cg->t_i8, h->ws, &hdr, 1, "");
 	if (!blk)
-		return LLVMBuildInBoundsGEP2(BB, h->cg->t_i64, base, &off, 1, "");
-	LLVMValueRef f32s = LLVMBuildInBoundsGEP2(BB, h->cg->t_i64, base,
-	                                          (LLVMValueRef[]){LLVMBuildNSWMul(BB, c64(h, h->a->noreds), nc, "")}, 1, "");
-	return LLVMBuildInBoundsGEP2(BB, h->cg->t_f32, f32s, &off, 1, "");
+		return states;
+	LLVMValueRef n = LLVMBuildNSWMul(BB, LLVMBuildNSWMul(BB, h->nslots, c64(h, h->a->noreds), ""), ncols(h), "");
+	return LLVMBuildInBoundsGEP2(BB, h->cg->t_i64, states, &n, 1, "");
+}
+
+/* &partial[i][pos] of slot s (blk: of the f32 block partials). */
+static LLVMValueRef part_at(hctx *h, LLVMValueRef s, int i, LLVMValueRef pos, bool blk)
+{
+	return fj_rg_col_slot(&h->r, slot_area(h, blk), blk ? h->cg->t_f32 : h->cg->t_i64, s, i, ncols(h), pos);
 }
 
 /* Adds every outer reduction's operand at D point p (idx) to the slot's
@@ -102,18 +109,6 @@ void fj_rh_col_row_done(hctx *h, LLVMValueRef row, LLVMValueRef rlo, LLVMValueRe
 	fj_cg_if_end(h->cg, &c);
 }
 
-/* The bytes of one slot's partials. */
-static LLVMValueRef slot_bytes(hctx *h)
-{
-	return LLVMBuildNSWMul(BB, c64(h, FJ_RG_HOST_SLOT_BYTES * h->a->noreds), ncols(h), "");
-}
-
-LLVMValueRef fj_rh_slot_base(hctx *h, LLVMValueRef s)
-{
-	LLVMValueRef off = LLVMBuildNSWAdd(BB, c64(h, FJ_RG_HOST_SLOT_HEADER), LLVMBuildNSWMul(BB, s, slot_bytes(h), ""), "");
-	return LLVMBuildInBoundsGEP2(BB, h->cg->t_i8, h->ws, &off, 1, "");
-}
-
 /* The last slot: merges the partials of all S slots in order, binds the
  * outer reductions' results and stores the column outputs. */
 void fj_rh_col_merge(hctx *h)
@@ -135,37 +130,32 @@ void fj_rh_col_merge(hctx *h)
 		fj_rg_acc_reset(r, &accs[i]);
 	fj_cg_loop ls;
 	fj_cg_loop_begin(cg, &ls, c64(h, 0), h->nslots, "slot");
-	LLVMValueRef base = fj_rh_slot_base(h, ls.iv);
 	for (int i = 0; i < a->noreds; i++) {
-		LLVMValueRef v[3] = {LLVMBuildLoad2(BB, part_type(h, i), part_at(h, base, i, lc.iv, false), "")};
+		LLVMValueRef v[3] = {LLVMBuildLoad2(BB, part_type(h, i), part_at(h, ls.iv, i, lc.iv, false), "")};
 		fj_rg_acc_merge(r, &accs[i], v);
 	}
 	fj_cg_loop_end(cg, &ls);
-	for (int i = 0; i < a->noreds; i++)
-		fj_rg_acc_finish(r, &accs[i], rows);
-	for (uint32_t j = 0; j < h->k->nout; j++) {
-		if (out_class(h, j) != OUT_C)
-			continue;
-		fj_vid v = h->body->results[j];
-		fj_rg_point p;
-		fj_rg_point_lin(&p, vrank(h, v), lc.iv);
-		fj_rg_store(r, &h->out[j], lc.iv, v, &p);
-	}
+	fj_rg_col_finish(r, accs, rows);
+	fj_rg_col_store(r, lc.iv, NULL);
 	for (int i = 0; i < a->noreds; i++)
 		fj_rg_bind(r, h->body->nodes[a->oreds[i]].res[0], NULL);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lc);
 }
 
-/* Zeroes the partials at `base`. */
-void fj_rh_part_zero(hctx *h, LLVMValueRef base)
+/* Zeroes the states and block partials of slot s. */
+void fj_rh_part_zero(hctx *h, LLVMValueRef s)
 {
 	fj_cg *cg = h->cg;
-	fj_cg_loop l;
-	LLVMValueRef n = LLVMBuildNSWMul(BB, c64(h, FJ_RG_HOST_SLOT_BYTES / 4 * h->a->noreds), ncols(h), "");
-	fj_cg_loop_begin(cg, &l, c64(h, 0), n, "zero");
-	LLVMBuildStore(BB, fj_cg_i32(cg, 0), LLVMBuildInBoundsGEP2(BB, cg->t_i32, base, &l.iv, 1, ""));
-	fj_cg_loop_end(cg, &l);
+	LLVMValueRef n = LLVMBuildNSWMul(BB, c64(h, h->a->noreds), ncols(h), "");
+	for (int blk = 0; blk < 2; blk++) {
+		LLVMValueRef base = part_at(h, s, 0, c64(h, 0), blk);
+		fj_cg_loop l;
+		fj_cg_loop_begin(cg, &l, c64(h, 0), n, "zero");
+		LLVMTypeRef ty = blk ? cg->t_f32 : cg->t_i64;
+		LLVMBuildStore(BB, LLVMConstNull(ty), LLVMBuildInBoundsGEP2(BB, ty, base, &l.iv, 1, ""));
+		fj_cg_loop_end(cg, &l);
+	}
 }
 
 /* The D-output pass of a row: every D-shaped output at every K point, or,

@@ -566,7 +566,7 @@ void fj_rh_tpl_inner(hctx *h)
 		for (int i = 0; i < nk; i++)
 			nrows = LLVMBuildNSWMul(BB, nrows, rdims[i], "");
 		fj_cg_loop_begin(cg, &ls, h->lo, h->hi, "slot");
-		h->part = fj_rh_slot_base(h, ls.iv);
+		h->part = ls.iv; /* the slot being run (region_host_cols.c) */
 		fj_rh_part_zero(h, h->part);
 		rlo = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, ls.iv, nrows, ""), h->nslots, "");
 		rhi = LLVMBuildSDiv(BB, LLVMBuildNSWMul(BB, LLVMBuildNSWAdd(BB, ls.iv, c64(h, 1), ""), nrows, ""),

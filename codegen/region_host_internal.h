@@ -29,7 +29,7 @@ typedef struct hctx {
 	LLVMValueRef lo, hi;
 	bool vec; /* force the vector width of inner loops (vectorisable()) */
 	/* persistent_inner_outer: the workspace, the slot count S (the last
-	 * entry of dims), and the partial column sums of the slot being run */
+	 * entry of dims), and the slot being run (i64; NULL outside its loop) */
 	LLVMValueRef ws, nslots, part;
 } hctx;
 
@@ -97,8 +97,7 @@ bool fj_rh_has_outputs(hctx *h, int cls);
 
 void fj_rh_col_accumulate(hctx *h, fj_rg_point *p, LLVMValueRef *idx);
 void fj_rh_col_row_done(hctx *h, LLVMValueRef row, LLVMValueRef rlo, LLVMValueRef rhi);
-LLVMValueRef fj_rh_slot_base(hctx *h, LLVMValueRef s);
 void fj_rh_col_merge(hctx *h);
-void fj_rh_part_zero(hctx *h, LLVMValueRef base);
+void fj_rh_part_zero(hctx *h, LLVMValueRef s);
 
 #endif

@@ -19,7 +19,9 @@
  *   pointwise  everything else.
  * Inner or outer: whether the innermost non-unit dim of D (the operand of the
  * region's first reduction) is among the reduced dims (a row of [N,4096]
- * reduced over dim 1 is contiguous: inner; over dim 0: outer).
+ * reduced over dim 1 is contiguous: inner; over dim 0: outer). This is the
+ * one place it is decided: codegen's region plan (fj_rg_analysis.inner)
+ * reads it from the name, and the host and GPU templates follow the plan.
  * Invariant: only the schedule annotation changes. Complexity: linear in the
  * size of the bodies. */
 #include <string.h>
