@@ -5,18 +5,18 @@
  * LLVMRunPasses("default<O3>") so that loops vectorize for the host.
  * Kernels call libm through a process-symbol generator on the main dylib.
  *
- * Cache: canonical node key (fj_cg_node_key) -> compiled kernel, in an
- * open-addressed hash table owned by the jit. The kernels missing in one
- * fj_host_compile_nodes call are emitted into ONE module, in a fresh LLVM
- * context, verified, optimised, compiled to an object file with the host
- * target machine (LLVMTargetMachineEmitToMemoryBuffer) and added to the JIT
- * as an object (LLVMOrcLLJITAddObjectFile): a graph costs one O3 run and one
- * machine-code generation. The object also goes to the disk cache
- * (cache/kcache.h, kind "host"), keyed by the LLVM version, the host triple,
- * CPU name and features and every kernel key of the module, in order; the
- * kernels' names derive from a hash of that key, so a cached object links
- * in any process. A later process finds the object on disk and compiles
- * nothing. A mutex serialises the whole compilation (the JIT and the cache).
+ * Kernels come through the kernel cache (cache/kcache.h, kind "host"),
+ * keyed by the target's tag and the node's canonical key (fj_cg_node_key:
+ * its structure, never its name): identical kernels compile once per
+ * context, and once per machine through the disk. The kernels a call misses
+ * compile in parallel (fj_kcache_parallel, setting compile_jobs), each
+ * alone in a module, in a fresh LLVM context with its own target machine:
+ * verified, optimised, compiled to an object file
+ * (LLVMTargetMachineEmitToMemoryBuffer). The cache entry's payload is that
+ * object; the first caller adds it to the JIT (LLVMOrcLLJITAddObjectFile)
+ * under the JIT's mutex and keeps the kernel's address on the entry. A
+ * kernel's symbol is a hash of its key, so a cached object links in any
+ * process and no two objects define one symbol.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -36,22 +36,15 @@
 #include "cache/kcache.h"
 #include "codegen/cg.h"
 
-typedef struct cache_entry {
-	char *key; /* NULL: empty slot */
-	size_t keylen;
-	uint64_t hash;
-	fj_host_kernel k;
-} cache_entry;
-
 struct fj_host_jit {
 	fj_context *ctx;
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;    /* the JIT: adding objects, looking up symbols */
 	LLVMOrcLLJITRef jit;
-	LLVMTargetMachineRef tm; /* for the optimisation pipeline */
+	LLVMTargetMachineRef tm; /* for fj_host_emit_llvm's pipeline (under lock) */
 	char *triple, *cpu, *features;
+	char *target_desc;       /* LLVM version, triple, CPU, features (malloc) */
+	char tag[40];            /* "host <128-bit hash of target_desc>": in every key */
 	fj_cg_target target;     /* host_target with the vector width of these features */
-	cache_entry *tab;
-	uint32_t cap, count;
 };
 
 /* ---- process-global LLVM initialisation ---- */
@@ -112,18 +105,38 @@ static int vector_bits_of(const char *features)
 
 /* ---- creation and destruction ---- */
 
-static LLVMTargetMachineRef make_tm(fj_host_jit *j)
+/* A host target machine (diagnostics into ctx): one per compilation, so
+ * that compilations may run on several threads at once. */
+static LLVMTargetMachineRef make_tm(fj_host_jit *j, fj_context *ctx)
 {
 	LLVMTargetRef t;
 	char *err = NULL;
 	if (LLVMGetTargetFromTriple(j->triple, &t, &err)) {
-		fj_error_status(j->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "host JIT: no target for %s: %s", j->triple,
+		fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "host JIT: no target for %s: %s", j->triple,
 		                err ? err : "?");
 		LLVMDisposeMessage(err);
 		return NULL;
 	}
 	return LLVMCreateTargetMachine(t, j->triple, j->cpu, j->features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
 	                               LLVMCodeModelJITDefault);
+}
+
+/* What the host's kernels depend on besides their keys, and its tag. */
+static bool describe_target(fj_host_jit *j)
+{
+	unsigned maj = 0, min = 0, pat = 0;
+	LLVMGetVersion(&maj, &min, &pat);
+	fj_buf b;
+	fj_buf_init(&b, j->ctx);
+	fj_buf_printf(&b, "host-object 2\nllvm %u.%u.%u\n%s\n%s\n%s", maj, min, pat, j->triple, j->cpu,
+	              j->features);
+	j->target_desc = b.oom ? NULL : strdup(b.data);
+	if (j->target_desc)
+		snprintf(j->tag, sizeof j->tag, "host %016llx%016llx",
+		         (unsigned long long)fj_kcache_hash(b.data, b.len, 1),
+		         (unsigned long long)fj_kcache_hash(b.data, b.len, 2));
+	fj_buf_free(&b);
+	return j->target_desc != NULL;
 }
 
 static void jit_destroy(fj_context *ctx, void *p)
@@ -141,11 +154,7 @@ static void jit_destroy(fj_context *ctx, void *p)
 	LLVMDisposeMessage(j->triple);
 	LLVMDisposeMessage(j->cpu);
 	LLVMDisposeMessage(j->features);
-	for (uint32_t i = 0; i < j->cap; i++)
-		if (j->tab[i].key)
-			fj_free(ctx, j->tab[i].key, j->tab[i].keylen + 1);
-	if (j->tab)
-		fj_free(ctx, j->tab, j->cap * sizeof *j->tab);
+	free(j->target_desc);
 	pthread_mutex_destroy(&j->lock);
 	fj_free(ctx, j, sizeof *j);
 }
@@ -166,8 +175,12 @@ static fj_status jit_create(fj_context *ctx, void **out)
 	j->target = host_target;
 	j->target.vector_bits = vector_bits_of(j->features);
 	fj_status st = FJ_ERR_INTERNAL;
-	LLVMTargetMachineRef jtm = make_tm(j);
-	j->tm = make_tm(j);
+	if (!describe_target(j)) {
+		st = FJ_ERR_NOMEM;
+		goto fail;
+	}
+	LLVMTargetMachineRef jtm = make_tm(j, ctx);
+	j->tm = make_tm(j, ctx);
 	if (!jtm || !j->tm) {
 		if (jtm)
 			LLVMDisposeTargetMachine(jtm);
@@ -203,82 +216,25 @@ fj_status fj_host_jit_get(fj_context *ctx, fj_host_jit **out)
 	return st;
 }
 
-/* ---- the kernel cache ---- */
+/* ---- compilation through the kernel cache ---- */
 
-static cache_entry *cache_find(fj_host_jit *j, const char *key, size_t len, uint64_t h)
-{
-	if (!j->cap)
-		return NULL;
-	for (uint32_t i = (uint32_t)h & (j->cap - 1);; i = (i + 1) & (j->cap - 1)) {
-		cache_entry *c = &j->tab[i];
-		if (!c->key)
-			return NULL;
-		if (c->hash == h && c->keylen == len && memcmp(c->key, key, len) == 0)
-			return c;
-	}
-}
-
-static fj_status cache_insert(fj_host_jit *j, const char *key, size_t len, uint64_t h, fj_host_kernel k)
-{
-	if ((j->count + 1) * 2 > j->cap) {
-		uint32_t ncap = j->cap ? j->cap * 2 : 64;
-		cache_entry *nt = fj_alloc(j->ctx, ncap * sizeof *nt);
-		if (!nt)
-			return FJ_ERR_NOMEM;
-		memset(nt, 0, ncap * sizeof *nt);
-		for (uint32_t i = 0; i < j->cap; i++) {
-			if (!j->tab[i].key)
-				continue;
-			uint32_t s = (uint32_t)j->tab[i].hash & (ncap - 1);
-			while (nt[s].key)
-				s = (s + 1) & (ncap - 1);
-			nt[s] = j->tab[i];
-		}
-		if (j->tab)
-			fj_free(j->ctx, j->tab, j->cap * sizeof *j->tab);
-		j->tab = nt;
-		j->cap = ncap;
-	}
-	char *kc = fj_alloc(j->ctx, len + 1);
-	if (!kc)
-		return FJ_ERR_NOMEM;
-	memcpy(kc, key, len);
-	kc[len] = 0;
-	uint32_t s = (uint32_t)h & (j->cap - 1);
-	while (j->tab[s].key)
-		s = (s + 1) & (j->cap - 1);
-	j->tab[s] = (cache_entry){kc, len, h, k};
-	j->count++;
-	return FJ_OK;
-}
-
-/* ---- compilation ---- */
-
-typedef struct pending {
-	uint32_t node;     /* the first node with this key */
-	size_t koff, klen; /* its key in the keys buffer */
-	uint64_t hash;
-	char name[48];     /* fj_h<object key hash>_k<index in the object> */
-	fj_host_kernel k;
-} pending;
-
-/* A module for the host in a fresh context of tsc. */
-static LLVMModuleRef new_module(fj_host_jit *j, LLVMContextRef llctx)
+/* A module for the host in a fresh context. */
+static LLVMModuleRef new_module(fj_host_jit *j, LLVMContextRef llctx, LLVMTargetMachineRef tm)
 {
 	LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("fj_kernels", llctx);
 	LLVMSetTarget(mod, j->triple);
-	LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(j->tm);
+	LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
 	LLVMSetModuleDataLayout(mod, dl);
 	LLVMDisposeTargetData(dl);
 	return mod;
 }
 
-static fj_status verify_and_optimise(fj_host_jit *j, LLVMModuleRef mod)
+static fj_status verify_and_optimise(fj_context *ctx, LLVMTargetMachineRef tm, LLVMModuleRef mod)
 {
 	char *msg = NULL;
 	if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
-		fj_status st = fj_error_status(j->ctx, FJ_ERR_INTERNAL, (fj_loc){0},
-		                               "host JIT: invalid LLVM IR generated: %s", msg ? msg : "?");
+		fj_status st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: invalid LLVM IR generated: %s",
+		                               msg ? msg : "?");
 		LLVMDisposeMessage(msg);
 		return st;
 	}
@@ -287,201 +243,135 @@ static fj_status verify_and_optimise(fj_host_jit *j, LLVMModuleRef mod)
 	/* Vectorize, but do not interleave (unroll) vector loops: it halves the
 	 * machine code and the compile time; these kernels are memory-bound. */
 	LLVMPassBuilderOptionsSetLoopInterleaving(opts, 0);
-	LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", j->tm, opts);
+	LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, opts);
 	LLVMDisposePassBuilderOptions(opts);
 	if (e)
-		return llvm_err(j->ctx, e, "running default<O3>");
+		return llvm_err(ctx, e, "running default<O3>");
 	return FJ_OK;
 }
 
-/* The disk cache payload of an object: u32 count, then (u32 par_out, u32
- * par_mask) per kernel, then the object file. */
-static fj_status add_object(fj_host_jit *j, const char *data, size_t len)
+/* One call's kernels: the nodes, their keys and symbol names. */
+typedef struct host_batch {
+	fj_host_jit *j;
+	const fj_graph *g;
+	const uint32_t *nodes;
+	fj_kc_request *req;
+	char (*name)[40]; /* fj_h<128-bit hash of the key>, per request */
+} host_batch;
+
+/* The payload of a kernel: u32 par_out | u32 par_mask | the object file. */
+#define HOST_PAYLOAD_HEAD 8
+
+/* fj_kc_compile_fn: node nodes[i] alone in a module, in a fresh LLVM context
+ * with its own target machine (any thread), optimised and compiled. */
+static fj_status compile_one(void *arg, fj_context *dctx, uint32_t i, void **data, size_t *len)
 {
-	LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len, "fj_kernels.o");
-	LLVMErrorRef e = LLVMOrcLLJITAddObjectFile(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), buf);
-	return e ? llvm_err(j->ctx, e, "adding the kernels' object") : FJ_OK;
-}
-
-/* Makes pend[0..npend) available in the JIT: from the disk cache, or emitted,
- * optimised and compiled to an object (then stored in the disk cache). */
-static fj_status build_objects(fj_host_jit *j, const fj_graph *g, const fj_buf *keys, pending *pend, uint32_t npend)
-{
-	fj_context *ctx = j->ctx;
-	fj_buf okey;
-	fj_buf_init(&okey, ctx);
-	unsigned maj = 0, min = 0, pat = 0;
-	LLVMGetVersion(&maj, &min, &pat);
-	fj_buf_printf(&okey, "host-object 1\nllvm %u.%u.%u\n%s\n%s\n%s\n", maj, min, pat, j->triple, j->cpu,
-	              j->features);
-	for (uint32_t p = 0; p < npend; p++) {
-		fj_buf_putn(&okey, keys->data + pend[p].koff, pend[p].klen);
-		fj_buf_putn(&okey, "", 1);
-	}
-	if (okey.oom) {
-		fj_buf_free(&okey);
-		return FJ_ERR_NOMEM;
-	}
-	uint64_t oh = fj_kcache_hash(okey.data, okey.len, 0x686f7374);
-	for (uint32_t p = 0; p < npend; p++)
-		snprintf(pend[p].name, sizeof pend[p].name, "fj_h%016llx_k%u", (unsigned long long)oh, p);
-
-	fj_status st = FJ_OK;
-	void *cached = NULL;
-	size_t clen = 0;
-	if (fj_kcache_load(ctx, "host", okey.data, okey.len, &cached, &clen)) {
-		const unsigned char *c = cached;
-		uint32_t cnt = 0;
-		if (clen >= 4)
-			memcpy(&cnt, c, 4);
-		size_t hdr = 4 + (size_t)cnt * 8;
-		if (cnt == npend && clen > hdr) {
-			for (uint32_t p = 0; p < npend; p++) {
-				memcpy(&pend[p].k.par_out, c + 4 + 8 * p, 4);
-				memcpy(&pend[p].k.par_mask, c + 8 + 8 * p, 4);
-			}
-			st = add_object(j, (const char *)c + hdr, clen - hdr);
-			free(cached);
-			fj_buf_free(&okey);
-			if (st == FJ_OK)
-				fj_kcache_count(ctx, FJ_KC_KERNELS_LOADED, npend);
-			return st;
-		}
-		free(cached); /* verified but not ours: rebuild and overwrite */
-	}
-
+	host_batch *b = arg;
+	fj_host_jit *j = b->j;
+	LLVMTargetMachineRef tm = make_tm(j, dctx);
+	if (!tm)
+		return FJ_ERR_UNSUPPORTED;
 	LLVMContextRef llctx = LLVMContextCreate();
-	LLVMModuleRef mod = new_module(j, llctx);
+	LLVMModuleRef mod = new_module(j, llctx, tm);
 	fj_cg cg;
-	fj_cg_init(&cg, ctx, &j->target, llctx, mod);
-	for (uint32_t p = 0; p < npend && st == FJ_OK; p++)
-		st = fj_cg_emit_node_kernel(&cg, g, pend[p].node, pend[p].name, &pend[p].k.par_out, &pend[p].k.par_mask);
+	fj_cg_init(&cg, dctx, &j->target, llctx, mod);
+	uint32_t po = 0, pm = 0;
+	fj_status st = fj_cg_emit_node_kernel(&cg, b->g, b->nodes[i], b->name[i], &po, &pm);
 	fj_cg_dispose(&cg);
 	if (st == FJ_OK)
-		st = verify_and_optimise(j, mod);
+		st = verify_and_optimise(dctx, tm, mod);
 	LLVMMemoryBufferRef obj = NULL;
-	if (st == FJ_OK) {
-		char *err = NULL;
-		if (LLVMTargetMachineEmitToMemoryBuffer(j->tm, mod, LLVMObjectFile, &err, &obj)) {
-			st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: emitting the object: %s",
-			                     err ? err : "?");
-			obj = NULL;
-		}
-		LLVMDisposeMessage(err);
+	char *err = NULL;
+	if (st == FJ_OK && LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &err, &obj)) {
+		st = fj_error_status(dctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: emitting the object: %s",
+		                     err ? err : "?");
+		obj = NULL;
 	}
+	LLVMDisposeMessage(err);
 	LLVMDisposeModule(mod);
 	LLVMContextDispose(llctx);
-	if (st == FJ_OK) {
-		fj_kcache_count(ctx, FJ_KC_KERNELS_COMPILED, npend);
-		const char *od = LLVMGetBufferStart(obj);
-		size_t ol = LLVMGetBufferSize(obj);
-		size_t hdr = 4 + (size_t)npend * 8;
-		unsigned char *payload = malloc(hdr + ol);
-		if (payload) {
-			memcpy(payload, &npend, 4);
-			for (uint32_t p = 0; p < npend; p++) {
-				memcpy(payload + 4 + 8 * p, &pend[p].k.par_out, 4);
-				memcpy(payload + 8 + 8 * p, &pend[p].k.par_mask, 4);
-			}
-			memcpy(payload + hdr, od, ol);
-			fj_kcache_store(ctx, "host", okey.data, okey.len, payload, hdr + ol);
-			free(payload);
-		}
-		LLVMErrorRef e = LLVMOrcLLJITAddObjectFile(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), obj);
-		if (e)
-			st = llvm_err(ctx, e, "adding the kernels' object");
-	} else if (obj) {
-		LLVMDisposeMemoryBuffer(obj);
+	LLVMDisposeTargetMachine(tm);
+	if (st != FJ_OK)
+		return st;
+	size_t ol = LLVMGetBufferSize(obj);
+	unsigned char *p = malloc(HOST_PAYLOAD_HEAD + ol);
+	if (p) {
+		memcpy(p, &po, 4);
+		memcpy(p + 4, &pm, 4);
+		memcpy(p + HOST_PAYLOAD_HEAD, LLVMGetBufferStart(obj), ol);
+		*data = p;
+		*len = HOST_PAYLOAD_HEAD + ol;
 	}
-	fj_buf_free(&okey);
-	return st;
+	LLVMDisposeMemoryBuffer(obj);
+	return p ? FJ_OK : fj_error_status(dctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 }
 
-static fj_status compile_locked(fj_host_jit *j, const fj_graph *g, const uint32_t *nodes, uint32_t n,
-                                fj_host_kernel *out, uint32_t *compiled)
+static void kernel_free(fj_context *ctx, void *value)
+{
+	(void)ctx;
+	free(value);
+}
+
+/* Makes the kernel of entry e (symbol name) callable: its object goes into
+ * the JIT once (the first caller, under j->lock); the payload is dropped. */
+static fj_status materialise(fj_host_jit *j, fj_kc_entry *e, const char *name)
+{
+	if (e->value)
+		return FJ_OK;
+	fj_context *ctx = j->ctx;
+	if (!e->data || e->len < HOST_PAYLOAD_HEAD)
+		return fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: a cached kernel has no object");
+	fj_host_kernel *k = malloc(sizeof *k);
+	if (!k)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	const unsigned char *p = e->data;
+	memcpy(&k->par_out, p, 4);
+	memcpy(&k->par_mask, p + 4, 4);
+	LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+		(const char *)p + HOST_PAYLOAD_HEAD, e->len - HOST_PAYLOAD_HEAD, "fj_kernel.o");
+	LLVMErrorRef err = LLVMOrcLLJITAddObjectFile(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), buf);
+	LLVMOrcExecutorAddress addr = 0;
+	if (!err)
+		err = LLVMOrcLLJITLookup(j->jit, &addr, name);
+	if (err) {
+		free(k);
+		return llvm_err(ctx, err, "adding a kernel's object");
+	}
+	k->fn = (fj_host_kernel_fn)(uintptr_t)addr;
+	e->value_free = kernel_free;
+	e->value = k;
+	free(e->data);
+	e->data = NULL;
+	e->len = 0;
+	return FJ_OK;
+}
+
+/* The keys of nodes[0..n) into keys (offsets koff[0..n]): the target's tag,
+ * then the node's canonical key (fj_cg_node_key); and their symbol names. */
+static fj_status make_keys(fj_host_jit *j, const fj_graph *g, const uint32_t *nodes, uint32_t n, fj_buf *keys,
+                           size_t *koff, host_batch *b)
 {
 	fj_context *ctx = j->ctx;
-	fj_status st = FJ_OK;
-	fj_buf keys;
-	fj_buf_init(&keys, ctx);
-	size_t *koff = fj_alloc(ctx, (n + 1) * sizeof *koff);
-	int32_t *which = fj_alloc(ctx, (n + 1) * sizeof *which); /* pending index, or -1: cached */
-	pending *pend = fj_alloc(ctx, (n + 1) * sizeof *pend);
-	uint32_t npend = 0;
-	if (!koff || !which || !pend) {
-		st = FJ_ERR_NOMEM;
-		goto done;
-	}
 	for (uint32_t i = 0; i < n; i++) {
-		koff[i] = keys.len;
-		fj_cg_node_key(&keys, g, nodes[i]);
+		koff[i] = keys->len;
+		fj_buf_printf(keys, "%s\n", j->tag);
+		fj_cg_node_key(keys, g, nodes[i]);
 	}
-	koff[n] = keys.len;
-	if (keys.oom) {
-		st = FJ_ERR_NOMEM;
-		goto done;
-	}
+	koff[n] = keys->len;
+	if (keys->oom)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	for (uint32_t i = 0; i < n; i++) {
-		const char *key = keys.data + koff[i];
-		size_t len = koff[i + 1] - koff[i];
-		uint64_t h = fj_hash64(key, len);
-		cache_entry *c = cache_find(j, key, len, h);
-		which[i] = -1;
-		if (c) {
-			out[i] = c->k;
-			fj_kcache_count(ctx, FJ_KC_MEMORY_HITS, 1);
-			continue;
-		}
-		for (uint32_t p = 0; p < npend; p++)
-			if (pend[p].hash == h && pend[p].klen == len && memcmp(keys.data + pend[p].koff, key, len) == 0) {
-				which[i] = (int32_t)p;
-				break;
-			}
-		if (which[i] >= 0)
-			continue;
-		if (!fj_cg_node_emitter(g->nodes[nodes[i]].op)) {
-			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, g->nodes[nodes[i]].loc, "%s: no host kernel for this op",
-			                     fj_op_name(g->nodes[nodes[i]].op));
-			goto done;
-		}
-		pending *p = &pend[npend];
-		p->node = nodes[i];
-		p->koff = koff[i];
-		p->klen = len;
-		p->hash = h;
-		which[i] = (int32_t)npend++;
+		const fj_op op = g->nodes[nodes[i]].op;
+		if (!fj_cg_node_emitter(op))
+			return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, g->nodes[nodes[i]].loc,
+			                       "%s: no host kernel for this op", fj_op_name(op));
+		b->req[i] = (fj_kc_request){keys->data + koff[i], koff[i + 1] - koff[i], NULL};
+		uint64_t h0 = fj_kcache_hash(b->req[i].key, b->req[i].keylen, 0x686f7374);
+		uint64_t h1 = fj_kcache_hash(b->req[i].key, b->req[i].keylen, 0x6b65726e);
+		snprintf(b->name[i], sizeof b->name[i], "fj_h%016llx%016llx", (unsigned long long)h0,
+		         (unsigned long long)h1);
 	}
-	if (npend) {
-		st = build_objects(j, g, &keys, pend, npend);
-		if (st != FJ_OK)
-			goto done;
-		for (uint32_t p = 0; p < npend; p++) {
-			LLVMOrcExecutorAddress addr = 0;
-			LLVMErrorRef e = LLVMOrcLLJITLookup(j->jit, &addr, pend[p].name);
-			if (e) {
-				st = llvm_err(ctx, e, "looking up a kernel");
-				goto done;
-			}
-			pend[p].k.fn = (fj_host_kernel_fn)(uintptr_t)addr;
-			st = cache_insert(j, keys.data + pend[p].koff, pend[p].klen, pend[p].hash, pend[p].k);
-			if (st != FJ_OK)
-				goto done;
-		}
-		for (uint32_t i = 0; i < n; i++)
-			if (which[i] >= 0)
-				out[i] = pend[which[i]].k;
-	}
-	if (compiled)
-		*compiled = npend;
-done:
-	if (koff)
-		fj_free(ctx, koff, (n + 1) * sizeof *koff);
-	if (which)
-		fj_free(ctx, which, (n + 1) * sizeof *which);
-	if (pend)
-		fj_free(ctx, pend, (n + 1) * sizeof *pend);
-	fj_buf_free(&keys);
-	return st;
+	return FJ_OK;
 }
 
 fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32_t *nodes, uint32_t n,
@@ -493,9 +383,29 @@ fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32
 	fj_status st = fj_host_jit_get(ctx, &j);
 	if (st != FJ_OK)
 		return st;
-	pthread_mutex_lock(&j->lock);
-	st = compile_locked(j, g, nodes, n, out, compiled);
-	pthread_mutex_unlock(&j->lock);
+	fj_buf keys;
+	fj_buf_init(&keys, ctx);
+	size_t *koff = malloc((n + 1) * sizeof *koff);
+	host_batch b = {j, g, nodes, calloc(n + 1, sizeof *b.req), calloc(n + 1, sizeof *b.name)};
+	if (!koff || !b.req || !b.name)
+		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	if (st == FJ_OK)
+		st = make_keys(j, g, nodes, n, &keys, koff, &b);
+	if (st == FJ_OK)
+		st = fj_kcache_get(ctx, "host", j->target_desc, b.req, n, compile_one, &b, compiled);
+	if (st == FJ_OK) {
+		pthread_mutex_lock(&j->lock);
+		for (uint32_t i = 0; i < n && st == FJ_OK; i++) {
+			st = materialise(j, b.req[i].entry, b.name[i]);
+			if (st == FJ_OK)
+				out[i] = *(const fj_host_kernel *)b.req[i].entry->value;
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	fj_buf_free(&keys);
+	free(koff);
+	free(b.req);
+	free(b.name);
 	return st;
 }
 
@@ -507,7 +417,7 @@ fj_status fj_host_emit_llvm(fj_context *ctx, const fj_graph *g, fj_buf *b)
 		return st;
 	pthread_mutex_lock(&j->lock);
 	LLVMContextRef llctx = LLVMContextCreate();
-	LLVMModuleRef mod = new_module(j, llctx);
+	LLVMModuleRef mod = new_module(j, llctx, j->tm);
 	fj_cg cg;
 	fj_cg_init(&cg, ctx, &j->target, llctx, mod);
 	for (uint32_t i = 0; i < g->nnodes && st == FJ_OK; i++) {
@@ -520,7 +430,7 @@ fj_status fj_host_emit_llvm(fj_context *ctx, const fj_graph *g, fj_buf *b)
 	}
 	fj_cg_dispose(&cg);
 	if (st == FJ_OK)
-		st = verify_and_optimise(j, mod);
+		st = verify_and_optimise(ctx, j->tm, mod);
 	if (st == FJ_OK) {
 		char *s = LLVMPrintModuleToString(mod);
 		fj_buf_puts(b, s);

@@ -1,7 +1,9 @@
-/* kcache.c -- the kernel cache on disk and the compile counters (kcache.h).
+/* kcache.c -- the kernel cache's memory table, its disk entries and the
+ * compile counters (kcache.h; the flow over them is in kcompile.c).
  *
- * One fj_kcache per context (slot FJ_SLOT_KERNEL_CACHE): the directory, the
- * cap and the counters, behind one mutex (the counters are atomics). File
+ * One fj_kcache per context (slot FJ_SLOT_KERNEL_CACHE): the memory table
+ * (open addressing on the key's hash), the directory, the cap and the
+ * counters, behind one mutex (the counters are atomics). File
  * I/O happens outside the mutex; the directory may be shared with other
  * processes, so every write is temp file + rename, and every read verifies.
  * Eviction scans the directory (O(entries)) only after a store that may have
@@ -26,8 +28,18 @@
 #define KC_HEADER 40 /* magic 8, format 4, keylen 4, len 8, sum 8, hsum 8 */
 #define KC_DEFAULT_MB 256
 
+typedef struct mem_entry {
+	fj_kc_entry e;       /* first: the backends see this */
+	const char *kind;    /* a string literal of the caller's */
+	char *key;           /* malloc'd */
+	size_t keylen;
+	uint64_t hash;
+} mem_entry;
+
 typedef struct fj_kcache {
 	pthread_mutex_t lock;
+	mem_entry **tab;     /* the memory table: NULL or an entry per slot */
+	uint32_t cap, count;
 	char *dir;           /* NULL: off (malloc'd) */
 	bool configured;     /* set by fj_kcache_configure (wins over the environment) */
 	uint64_t max_bytes;
@@ -84,6 +96,17 @@ static uint64_t default_max(fj_context *ctx)
 static void kc_destroy(fj_context *ctx, void *p)
 {
 	fj_kcache *kc = p;
+	for (uint32_t i = 0; i < kc->cap; i++) {
+		mem_entry *m = kc->tab[i];
+		if (!m)
+			continue;
+		if (m->e.value && m->e.value_free)
+			m->e.value_free(ctx, m->e.value);
+		free(m->e.data);
+		free(m->key);
+		free(m);
+	}
+	free(kc->tab);
 	free(kc->dir);
 	pthread_mutex_destroy(&kc->lock);
 	fj_free(ctx, kc, sizeof *kc);
@@ -113,6 +136,96 @@ static fj_kcache *get(fj_context *ctx)
 		return NULL;
 	return p;
 }
+
+/* ---- memory ---- */
+
+static uint64_t mem_hash(const char *kind, const void *key, size_t keylen)
+{
+	return fj_kcache_hash(key, keylen, fj_kcache_hash(kind, strlen(kind), 0x6d656d));
+}
+
+static mem_entry *mem_find(fj_kcache *kc, const char *kind, const void *key, size_t keylen, uint64_t h)
+{
+	if (!kc->cap)
+		return NULL;
+	for (uint32_t i = (uint32_t)h & (kc->cap - 1);; i = (i + 1) & (kc->cap - 1)) {
+		mem_entry *m = kc->tab[i];
+		if (!m)
+			return NULL;
+		if (m->hash == h && m->keylen == keylen && memcmp(m->key, key, keylen) == 0 && strcmp(m->kind, kind) == 0)
+			return m;
+	}
+}
+
+/* Room for one more entry (load at most 1/2). */
+static bool mem_grow(fj_kcache *kc)
+{
+	if ((kc->count + 1) * 2 <= kc->cap)
+		return true;
+	uint32_t nc = kc->cap ? kc->cap * 2 : 64;
+	mem_entry **nt = calloc(nc, sizeof *nt);
+	if (!nt)
+		return false;
+	for (uint32_t i = 0; i < kc->cap; i++) {
+		if (!kc->tab[i])
+			continue;
+		uint32_t j = (uint32_t)kc->tab[i]->hash & (nc - 1);
+		while (nt[j])
+			j = (j + 1) & (nc - 1);
+		nt[j] = kc->tab[i];
+	}
+	free(kc->tab);
+	kc->tab = nt;
+	kc->cap = nc;
+	return true;
+}
+
+fj_kc_entry *fj_kcache_find(fj_context *ctx, const char *kind, const void *key, size_t keylen)
+{
+	fj_kcache *kc = get(ctx);
+	if (!kc)
+		return NULL;
+	uint64_t h = mem_hash(kind, key, keylen);
+	pthread_mutex_lock(&kc->lock);
+	mem_entry *m = mem_find(kc, kind, key, keylen, h);
+	pthread_mutex_unlock(&kc->lock);
+	return m ? &m->e : NULL;
+}
+
+fj_kc_entry *fj_kcache_insert(fj_context *ctx, const char *kind, const void *key, size_t keylen, void *data,
+                              size_t len)
+{
+	fj_kcache *kc = get(ctx);
+	mem_entry *m = kc ? calloc(1, sizeof *m) : NULL;
+	char *k = m ? malloc(keylen ? keylen : 1) : NULL;
+	if (!k) {
+		free(m);
+		free(data);
+		return NULL;
+	}
+	memcpy(k, key, keylen);
+	*m = (mem_entry){{data, len, NULL, NULL}, kind, k, keylen, mem_hash(kind, key, keylen)};
+	pthread_mutex_lock(&kc->lock);
+	mem_entry *other = mem_find(kc, kind, key, keylen, m->hash);
+	bool ok = other || mem_grow(kc);
+	if (!other && ok) {
+		uint32_t j = (uint32_t)m->hash & (kc->cap - 1);
+		while (kc->tab[j])
+			j = (j + 1) & (kc->cap - 1);
+		kc->tab[j] = m;
+		kc->count++;
+	}
+	pthread_mutex_unlock(&kc->lock);
+	if (other || !ok) { /* entered meanwhile by another thread, or no room */
+		free(data);
+		free(k);
+		free(m);
+		return other ? &other->e : NULL;
+	}
+	return &m->e;
+}
+
+/* ---- counters ---- */
 
 void fj_kcache_count(fj_context *ctx, fj_kcache_counter c, uint64_t n)
 {
