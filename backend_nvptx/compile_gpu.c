@@ -1,198 +1,79 @@
-/* compile_gpu.c -- a region to PTX: --emit=ptx of a module
- * (fj_nvptx_emit_module), and fj_nvptx_compile_region, which compiles a
- * region's variants in parallel (one LLVM module each, joined into one PTX
- * module) and keeps the result in the context's cache of compiled regions,
- * keyed by the region's structure. */
+/* compile_gpu.c -- regions to PTX through the kernel cache (cache/kcache.h):
+ *
+ *   fj_nvptx_compile_region  a region for the runtime: its variants
+ *                            compiled in parallel, one LLVM module each,
+ *                            joined into one PTX module; kind "ptx".
+ *   fj_nvptx_emit_module     --emit=ptx of a module: one compilation per
+ *                            distinct kernel (kind "ptx-emit"), the PTX of
+ *                            every fusion.kernel written in order under its
+ *                            own entry names.
+ *
+ * Keys are structural: the target (SM, LLVM version, libdevice), the mode,
+ * and the node's canonical key (fj_cg_node_key: ops, types, attributes,
+ * schedule), never a kernel name. Identical regions under other names (the
+ * layers of a deep stack) compile once per context and, through the disk,
+ * once per machine.
+ *
+ * Names in a cached kernel's PTX: its entries carry the names of the node
+ * that compiled it first. The runtime keeps them (fj_nvptx_kernel.entry
+ * says which they are); --emit=ptx renames them to each node's names
+ * (rename_ptx). Module-local symbols (helper functions, shared arrays) carry
+ * a suffix made of the key's hash (fj_nvptx_comp.sym_suffix), so the
+ * kernels of one module never clash; a kernel written a second time gets
+ * its suffix extended by the copy's number. */
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include "backend_nvptx/nvptx_internal.h"
 #include "backend_nvptx/region_gpu_internal.h"
+#include "cache/kcache.h"
 
-fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *sm, bool llvm, fj_buf *out)
+/* ---- keys ---- */
+
+/* What a kernel's PTX depends on besides its key: the LLVM version and the
+ * libdevice in use (its path, size and time: a toolkit upgrade changes it). */
+static void describe_target(fj_context *ctx, const char *sm, fj_buf *b)
 {
-	fj_nvptx_comp c;
-	fj_status st = fj_nvptx_comp_begin(ctx, sm, &c);
-	if (st != FJ_OK) {
-		fj_nvptx_comp_end(&c);
-		return st;
-	}
-	bool all = fj_context_settings(ctx)->ptx_all_variants;
-	fj_cg cg;
-	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
-	for (uint32_t gi = 0; gi < m->ngraphs && st == FJ_OK; gi++)
-	for (uint32_t i = 0, nn = m->graphs[gi]->nnodes; i < nn && st == FJ_OK; i++) {
-		const fj_graph *g = m->graphs[gi];
-		const fj_node *n = &g->nodes[i];
-		if (n->op != FJ_OP_FUSION_KERNEL) {
-			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
-			                     "%s: the nvptx backend runs fused regions only (run the fuse and schedule "
-			                     "passes first)",
-			                     fj_op_name(n->op));
-			break;
-		}
-		fj_rg_analysis a;
-		st = fj_rg_analyze(ctx, g, i, &a);
-		if (st != FJ_OK)
-			break;
-		st = fj_gpu_emit_region(&c, &cg, g, i, all ? -1 : 0, &a);
-		fj_rg_analysis_free(&a);
-	}
-	fj_cg_dispose(&cg);
-	if (st == FJ_OK)
-		st = fj_nvptx_comp_optimise(&c);
-	if (st == FJ_OK)
-		st = llvm ? fj_nvptx_comp_llvm(&c, out) : fj_nvptx_comp_ptx(&c, out);
-	fj_nvptx_comp_end(&c);
-	return st;
+	unsigned maj = 0, min = 0, pat = 0;
+	LLVMGetVersion(&maj, &min, &pat);
+	const char *ld = fj_nvptx_libdevice_path(ctx);
+	struct stat sb;
+	if (!ld || stat(ld, &sb) != 0)
+		memset(&sb, 0, sizeof sb);
+	fj_buf_printf(b, "nvptx %s\nllvm %u.%u.%u\nlibdevice %s %lld %lld", sm, maj, min, pat, ld ? ld : "none",
+	              (long long)sb.st_size, (long long)sb.st_mtime);
 }
 
-/* ---- the cache of compiled regions ---- */
-
-struct fj_nvptx_cache_entry {
-	char *key;
-	size_t keylen;
-	uint64_t hash;
-	fj_nvptx_kernel k;
-};
-
-void fj_nvptx_cache_free(fj_nvptx_state *s)
+/* A kernel's key: the mode, the target's short form (SM, libdevice or
+ * not), then the node's canonical key. */
+static void kernel_key(fj_context *ctx, const char *mode, const char *sm, const fj_graph *g, uint32_t node,
+                       fj_buf *b)
 {
-	for (uint32_t i = 0; i < s->cap; i++) {
-		fj_nvptx_cache_entry *e = s->tab[i];
-		if (!e)
-			continue;
-		free(e->key);
-		free(e->k.ptx);
-		if (e->k.cumod && s->cu && s->cu->init_status == FJ_OK)
-			s->cu->api.cuModuleUnload(e->k.cumod);
-		free(e);
-	}
-	free(s->tab);
-	s->tab = NULL;
-	s->cap = s->count = 0;
-}
-
-static fj_nvptx_cache_entry *cache_find(fj_nvptx_state *s, const char *key, size_t len, uint64_t h)
-{
-	if (!s->cap)
-		return NULL;
-	for (uint32_t i = (uint32_t)h & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-		fj_nvptx_cache_entry *e = s->tab[i];
-		if (!e)
-			return NULL;
-		if (e->hash == h && e->keylen == len && memcmp(e->key, key, len) == 0)
-			return e;
-	}
-}
-
-static bool cache_insert(fj_nvptx_state *s, fj_nvptx_cache_entry *e)
-{
-	if ((s->count + 1) * 2 > s->cap) {
-		uint32_t nc = s->cap ? s->cap * 2 : 64;
-		fj_nvptx_cache_entry **nt = calloc(nc, sizeof *nt);
-		if (!nt)
-			return false;
-		for (uint32_t i = 0; i < s->cap; i++) {
-			if (!s->tab[i])
-				continue;
-			uint32_t j = (uint32_t)s->tab[i]->hash & (nc - 1);
-			while (nt[j])
-				j = (j + 1) & (nc - 1);
-			nt[j] = s->tab[i];
-		}
-		free(s->tab);
-		s->tab = nt;
-		s->cap = nc;
-	}
-	uint32_t j = (uint32_t)e->hash & (s->cap - 1);
-	while (s->tab[j])
-		j = (j + 1) & (s->cap - 1);
-	s->tab[j] = e;
-	s->count++;
-	return true;
-}
-
-/* The key: the target and the node's canonical key, which holds its body's
- * structure (fj_cg_node_key): identical regions under other kernel names
- * (the layers of a deep stack) share one compiled module, whose entries keep
- * the first one's names. */
-static fj_status region_key(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm, fj_buf *b)
-{
-	fj_buf_printf(b, "%s|", sm);
+	fj_buf_printf(b, "%s|%s|%s\n", mode, sm, fj_nvptx_libdevice_path(ctx) ? "libdevice" : "fallback");
 	fj_cg_node_key(b, g, node);
-	if (!b->oom)
-		return FJ_OK;
-	return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 }
 
-/* ---- a region's variants compiled in parallel ----
- *
- * A region with several variants compiles each in its own compilation (LLVM
- * context, module, target machine; libdevice linked per module), up to one
- * thread per variant and per core (the calling thread takes its share),
- * variants handed out in order. Each module's local symbols get the suffix
- * _v<variant> (fj_nvptx_comp.sym_suffix), kernels keep their names, and the
- * PTX texts are joined in variant order into one module: the first whole,
- * the others without their header (comment block, .version, .target,
- * .address_size), each keeping its own forward declarations ahead of its
- * entries. The bytes do not depend on the thread count or timing.
- *
- * Diagnostics: with threads, every thread records into a private context
- * (fj_context's last error is per thread and the list is shared, so errors
- * recorded concurrently would come out in any order); once all have joined,
- * the calling thread replays onto ctx, in variant order, the diagnostics of
- * the variants up to the first failing one, whose status is returned.
- * Variants after a failed one are skipped. Serially (one core, a failed
- * thread start, compile_jobs 1), the calling thread records into ctx
- * directly and stops at the first failure: the same result. */
+/* ---- one compilation: variant v (-1: every variant) of a region ---- */
 
-typedef struct pv_job {
-	fj_status st;
-	bool done;
-	fj_buf ptx;
-	fj_context *dctx;           /* where its diagnostics went */
-	size_t d0, d1;              /* ... their range there */
-} pv_job;
-
-typedef struct pv_run {
-	fj_nvptx_state *s;
-	const char *sm;
-	const fj_graph *g;
-	uint32_t node;
-	int nv;
-	atomic_int next;            /* the next variant to hand out */
-	atomic_int first_fail;      /* the lowest failed variant so far (nv: none) */
-	pv_job job[FJ_NVPTX_MAX_VARIANTS];
-} pv_run;
-
-typedef struct pv_worker {
-	pv_run *r;
-	fj_context *dctx;
-	pthread_t tid;
-} pv_worker;
-
-/* Compiles variant v alone (diagnostics into dctx) and appends its PTX to out. */
-static fj_status pv_compile(pv_run *r, fj_context *dctx, int v, fj_buf *out)
+static fj_status compile_ptx(fj_context *dctx, fj_nvptx_state *s, const char *sm, const char *suffix,
+                             const fj_graph *g, uint32_t node, int v, fj_buf *out)
 {
 	fj_nvptx_comp c;
-	fj_status st = fj_nvptx_comp_begin_state(dctx, r->s, r->sm, &c);
-	snprintf(c.sym_suffix, sizeof c.sym_suffix, "_v%d", v);
+	fj_status st = fj_nvptx_comp_begin_state(dctx, s, sm, &c);
+	snprintf(c.sym_suffix, sizeof c.sym_suffix, "%s", suffix);
 	fj_rg_analysis a;
 	bool analysed = false;
 	if (st == FJ_OK) {
-		st = fj_rg_analyze(dctx, r->g, r->node, &a);
+		st = fj_rg_analyze(dctx, g, node, &a);
 		analysed = st == FJ_OK;
 	}
 	if (st == FJ_OK) {
 		fj_cg cg;
 		fj_cg_init(&cg, dctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
-		st = fj_gpu_emit_region(&c, &cg, r->g, r->node, v, &a);
+		st = fj_gpu_emit_region(&c, &cg, g, node, v, &a);
 		fj_cg_dispose(&cg);
 	}
 	if (st == FJ_OK)
@@ -203,58 +84,6 @@ static fj_status pv_compile(pv_run *r, fj_context *dctx, int v, fj_buf *out)
 	if (analysed)
 		fj_rg_analysis_free(&a);
 	return st;
-}
-
-static void pv_loop(pv_run *r, fj_context *dctx)
-{
-	for (;;) {
-		int v = atomic_fetch_add(&r->next, 1);
-		if (v >= r->nv)
-			return;
-		if (v > atomic_load(&r->first_fail))
-			continue; /* an earlier variant failed: its diagnostic is the one */
-		pv_job *j = &r->job[v];
-		j->dctx = dctx;
-		j->d0 = fj_context_diagnostic_count(dctx);
-		j->st = pv_compile(r, dctx, v, &j->ptx);
-		j->d1 = fj_context_diagnostic_count(dctx);
-		j->done = true;
-		if (j->st != FJ_OK) {
-			int f = atomic_load(&r->first_fail);
-			while (v < f && !atomic_compare_exchange_weak(&r->first_fail, &f, v))
-				;
-		}
-	}
-}
-
-static void *pv_thread(void *p)
-{
-	pv_worker *w = p;
-	pv_loop(w->r, w->dctx);
-	return NULL;
-}
-
-static fj_status pv_record(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static fj_status pv_record(fj_context *ctx, fj_status st, fj_severity sev, fj_loc loc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	st = fj_verror(ctx, st, sev, loc, fmt, ap);
-	va_end(ap);
-	return st;
-}
-
-/* How many threads: the compile_jobs setting (>= 1) or the online cores, at most nv. */
-static int pv_threads(const fj_context *ctx, int nv)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	int jobs = fj_context_settings(ctx)->compile_jobs;
-	if (jobs >= 1)
-		n = jobs;
-	if (n < 1)
-		n = 1;
-	return n < nv ? (int)n : nv;
 }
 
 /* The text after a PTX module's header: its leading comment and blank lines
@@ -281,79 +110,45 @@ static size_t ptx_header_len(const char *p, size_t len)
 	return i;
 }
 
-/* Compiles the nv variants of region `node` (see above) and appends the
- * joined PTX to out. */
+/* ---- a region's variants compiled in parallel ----
+ *
+ * A region with several variants compiles each in its own compilation (LLVM
+ * context, module, target machine; libdevice linked per module) through
+ * fj_kcache_parallel (up to compile_jobs threads; diagnostics replayed in
+ * variant order). Each module's local symbols get the suffix _v<variant>,
+ * kernels keep their names, and the PTX texts are joined in variant order
+ * into one module: the first whole, the others without their header, each
+ * keeping its own forward declarations ahead of its entries. The bytes do
+ * not depend on the thread count or timing. */
+
+typedef struct pv_run {
+	fj_nvptx_state *s;
+	const char *sm;
+	const fj_graph *g;
+	uint32_t node;
+	fj_buf ptx[FJ_NVPTX_MAX_VARIANTS];
+} pv_run;
+
+static fj_status pv_job(void *arg, fj_context *dctx, uint32_t v)
+{
+	pv_run *r = arg;
+	char suffix[16];
+	snprintf(suffix, sizeof suffix, "_v%u", v);
+	return compile_ptx(dctx, r->s, r->sm, suffix, r->g, r->node, (int)v, &r->ptx[v]);
+}
+
 static fj_status pv_compile_region(fj_context *ctx, fj_nvptx_state *s, const char *sm, const fj_graph *g,
                                    uint32_t node, int nv, fj_buf *out)
 {
 	pv_run *r = calloc(1, sizeof *r);
 	if (!r)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	r->s = s;
-	r->sm = sm;
-	r->g = g;
-	r->node = node;
-	r->nv = nv;
-	atomic_init(&r->next, 0);
-	atomic_init(&r->first_fail, nv);
+	*r = (pv_run){.s = s, .sm = sm, .g = g, .node = node};
 	for (int v = 0; v < nv; v++)
-		fj_buf_init(&r->job[v].ptx, ctx);
-	pv_worker w[FJ_NVPTX_MAX_VARIANTS];
-	int nthreads = pv_threads(ctx, nv), started = 0;
-	/* the calling thread's private diagnostics, when there are threads */
-	fj_context *own = nthreads > 1 ? fj_context_new_like(ctx) : NULL;
-	if (own) {
-		pthread_attr_t attr;
-		bool attr_ok = pthread_attr_init(&attr) == 0;
-		size_t stack = 0;
-		if (attr_ok && pthread_attr_getstacksize(&attr, &stack) == 0 && stack < ((size_t)8 << 20))
-			pthread_attr_setstacksize(&attr, (size_t)8 << 20); /* LLVM's codegen recurses */
-		for (int t = 0; t < nthreads - 1; t++) {
-			w[started].r = r;
-			w[started].dctx = fj_context_new_like(ctx);
-			if (!w[started].dctx)
-				break;
-			if (pthread_create(&w[started].tid, attr_ok ? &attr : NULL, pv_thread, &w[started]) != 0) {
-				fj_context_destroy(w[started].dctx);
-				break; /* fewer threads: the calling thread takes the rest */
-			}
-			started++;
-		}
-		if (attr_ok)
-			pthread_attr_destroy(&attr);
-	}
-	pv_loop(r, own ? own : ctx);
-	for (int t = 0; t < started; t++)
-		pthread_join(w[t].tid, NULL);
-	/* the first failing variant, in variant order */
-	int fail = nv;
-	for (int v = 0; v < nv && fail == nv; v++)
-		if (r->job[v].done && r->job[v].st != FJ_OK)
-			fail = v;
-	fj_status st = fail < nv ? r->job[fail].st : FJ_OK;
-	if (own) { /* replay the diagnostics of variants 0..fail onto ctx */
-		for (int v = 0; v <= fail && v < nv; v++) {
-			pv_job *j = &r->job[v];
-			if (!j->done)
-				continue;
-			bool error = false;
-			for (size_t i = j->d0; i < j->d1; i++) {
-				const fj_diagnostic *d = fj_context_diagnostic(j->dctx, i);
-				if (!d)
-					break;
-				error |= d->severity == FJ_SEV_ERROR;
-				pv_record(ctx, j->st, d->severity, (fj_loc){d->file, d->line, d->col}, "%s", d->message);
-			}
-			if (j->st != FJ_OK && !error) /* not kept there (out of memory): its last error */
-				fj_error_status(ctx, j->st, (fj_loc){0}, "%s", fj_context_error(j->dctx));
-		}
-	}
-	for (int t = 0; t < started; t++)
-		fj_context_destroy(w[t].dctx);
-	fj_context_destroy(own);
-	/* join the texts in variant order */
+		fj_buf_init(&r->ptx[v], ctx);
+	fj_status st = fj_kcache_parallel(ctx, (uint32_t)nv, 0, pv_job, r);
 	for (int v = 0; v < nv && st == FJ_OK; v++) {
-		const fj_buf *b = &r->job[v].ptx;
+		const fj_buf *b = &r->ptx[v];
 		size_t skip = v ? ptx_header_len(b->data, b->len) : 0;
 		if (b->len > skip)
 			fj_buf_putn(out, b->data + skip, b->len - skip);
@@ -361,9 +156,110 @@ static fj_status pv_compile_region(fj_context *ctx, fj_nvptx_state *s, const cha
 	if (st == FJ_OK && out->oom)
 		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	for (int v = 0; v < nv; v++)
-		fj_buf_free(&r->job[v].ptx);
+		fj_buf_free(&r->ptx[v]);
 	free(r);
 	return st;
+}
+
+/* ---- regions for the runtime (kind "ptx") ---- */
+
+/* A region's payload: this header, then its PTX (NUL-terminated). Entries
+ * from another build are never read (the disk key holds the build), so the
+ * header is the struct's bytes. */
+typedef struct region_head {
+	char name[96];
+	int32_t sched, nvariants, nreds;
+	uint32_t nparams;
+	char entry[FJ_NVPTX_MAX_VARIANTS][112];
+} region_head;
+
+typedef struct region_req {
+	fj_nvptx_state *s;
+	const char *sm;
+	const fj_graph *g;
+	uint32_t node;
+} region_req;
+
+static fj_status region_compile(void *arg, fj_context *dctx, uint32_t i, void **data, size_t *len)
+{
+	(void)i;
+	region_req *q = arg;
+	fj_rg_analysis a;
+	fj_status st = fj_nvptx_check_sm(dctx, q->sm);
+	if (st == FJ_OK)
+		st = fj_rg_analyze(dctx, q->g, q->node, &a);
+	if (st != FJ_OK)
+		return st;
+	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
+	int nv = fj_gpu_region_variants(&a, suffix);
+	region_head h;
+	memset(&h, 0, sizeof h);
+	const fj_node *n = &q->g->nodes[q->node];
+	snprintf(h.name, sizeof h.name, "%s", n->kernel ? n->kernel : "fj_kernel");
+	h.sched = a.sched;
+	h.nvariants = nv;
+	h.nreds = a.nreds;
+	h.nparams = n->nopnds + n->nres + 2;
+	for (int v = 0; v < nv; v++)
+		fj_gpu_entry_name(q->g, q->node, &a, v, h.entry[v]);
+	fj_rg_analysis_free(&a);
+	fj_buf ptx;
+	fj_buf_init(&ptx, dctx);
+	fj_buf_putn(&ptx, (const char *)&h, sizeof h);
+	if (nv > 1) /* one compilation per variant, in parallel */
+		st = pv_compile_region(dctx, q->s, q->sm, q->g, q->node, nv, &ptx);
+	else
+		st = compile_ptx(dctx, q->s, q->sm, "", q->g, q->node, -1, &ptx);
+	fj_buf_putn(&ptx, "", 1); /* NUL-terminated for the driver */
+	if (st == FJ_OK && ptx.oom)
+		st = fj_error_status(dctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	if (st == FJ_OK && !(*data = malloc(ptx.len)))
+		st = fj_error_status(dctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	if (st == FJ_OK) {
+		memcpy(*data, ptx.data, ptx.len);
+		*len = ptx.len;
+	}
+	fj_buf_free(&ptx);
+	return st;
+}
+
+/* value_free of a region's entry: unloads its module (the driver outlives
+ * the cache: slots are destroyed in reverse order). */
+static void kernel_free(fj_context *ctx, void *value)
+{
+	fj_nvptx_kernel *k = value;
+	fj_nvptx_state *s;
+	if (k->cumod && fj_nvptx_state_get(ctx, &s) == FJ_OK && s->cu && s->cu->init_status == FJ_OK)
+		s->cu->api.cuModuleUnload(k->cumod);
+	free(k);
+}
+
+/* The kernel of entry e, decoded once (under s->lock). */
+static fj_nvptx_kernel *region_value(fj_context *ctx, fj_nvptx_state *s, fj_kc_entry *e)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!e->value && e->len > sizeof(region_head)) {
+		fj_nvptx_kernel *k = calloc(1, sizeof *k);
+		if (k) {
+			region_head h;
+			memcpy(&h, e->data, sizeof h);
+			memcpy(k->name, h.name, sizeof k->name);
+			k->sched = h.sched;
+			k->nvariants = h.nvariants;
+			k->nreds = h.nreds;
+			k->nparams = h.nparams;
+			memcpy(k->entry, h.entry, sizeof k->entry);
+			k->ptx = (char *)e->data + sizeof h; /* the entry keeps its payload */
+			k->ptxlen = e->len - sizeof h - 1;
+			e->value_free = kernel_free;
+			e->value = k;
+		}
+	}
+	fj_nvptx_kernel *k = e->value;
+	pthread_mutex_unlock(&s->lock);
+	if (!k)
+		fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	return k;
 }
 
 fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
@@ -378,111 +274,255 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
 	fj_status st = fj_nvptx_state_get(ctx, &s);
 	if (st != FJ_OK)
 		return st;
-	fj_buf key;
+	fj_buf key, target;
 	fj_buf_init(&key, ctx);
-	st = region_key(ctx, g, node, sm, &key);
+	fj_buf_init(&target, ctx);
+	kernel_key(ctx, "region", sm, g, node, &key);
+	describe_target(ctx, sm, &target);
+	if (key.oom || target.oom)
+		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	region_req q = {s, sm, g, node};
+	fj_kc_request req = {key.data, key.len, NULL};
+	uint32_t fresh = 0;
+	if (st == FJ_OK)
+		st = fj_kcache_get(ctx, "ptx", target.data, &req, 1, region_compile, &q, &fresh);
+	if (st == FJ_OK) {
+		*out = region_value(ctx, s, req.entry);
+		st = *out ? FJ_OK : FJ_ERR_NOMEM;
+		if (hit)
+			*hit = fresh == 0;
+	}
+	fj_buf_free(&key);
+	fj_buf_free(&target);
+	return st;
+}
+
+/* ---- --emit=ptx (kind "ptx-emit") ---- */
+
+/* A kernel's payload: this header, then its PTX module. */
+typedef struct emit_head {
+	char kernel[96];                          /* the name its entries start with */
+	int32_t nentries;
+	char entry[FJ_NVPTX_MAX_VARIANTS][112];   /* in the order of the text */
+	char suffix[16];                          /* of its module-local symbols */
+} emit_head;
+
+typedef struct emit_batch {
+	fj_nvptx_state *s;
+	const char *sm;
+	bool all;                  /* every variant (ptx_all_variants), else the main one */
+	const fj_graph **g;        /* per request */
+	uint32_t *node;
+	fj_kc_request *req;
+} emit_batch;
+
+static fj_status emit_compile(void *arg, fj_context *dctx, uint32_t i, void **data, size_t *len)
+{
+	emit_batch *b = arg;
+	const fj_graph *g = b->g[i];
+	uint32_t node = b->node[i];
+	emit_head h;
+	memset(&h, 0, sizeof h);
+	const fj_node *n = &g->nodes[node];
+	snprintf(h.kernel, sizeof h.kernel, "%s", n->kernel ? n->kernel : "fj_kernel");
+	snprintf(h.suffix, sizeof h.suffix, "_h%012llx",
+	         (unsigned long long)(fj_kcache_hash(b->req[i].key, b->req[i].keylen, 0x707478) >> 16));
+	fj_rg_analysis a;
+	fj_status st = fj_rg_analyze(dctx, g, node, &a);
+	if (st != FJ_OK)
+		return st;
+	const char *sfx[FJ_NVPTX_MAX_VARIANTS];
+	int nv = fj_gpu_region_variants(&a, sfx);
+	h.nentries = b->all ? nv : 1;
+	for (int v = 0; v < h.nentries; v++)
+		fj_gpu_entry_name(g, node, &a, v, h.entry[v]);
+	fj_rg_analysis_free(&a);
+	fj_buf ptx;
+	fj_buf_init(&ptx, dctx);
+	fj_buf_putn(&ptx, (const char *)&h, sizeof h);
+	st = compile_ptx(dctx, b->s, b->sm, h.suffix, g, node, b->all ? -1 : 0, &ptx);
+	if (st == FJ_OK && (ptx.oom || !(*data = malloc(ptx.len))))
+		st = fj_error_status(dctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	if (st == FJ_OK) {
+		memcpy(*data, ptx.data, ptx.len);
+		*len = ptx.len;
+	}
+	fj_buf_free(&ptx);
+	return st;
+}
+
+static bool ident_char(char c)
+{
+	return c == '_' || c == '$' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+}
+
+/* Appends p[0..n) to out with h's entry names renamed to the node kernel's
+ * (an identifier equal to an entry, or an entry followed by "_param_") and,
+ * for copy > 0, h's suffix extended with _<copy> wherever it occurs. */
+static void rename_ptx(fj_buf *out, const char *p, size_t n, const emit_head *h, const char *kernel, unsigned copy)
+{
+	size_t kl = strlen(h->kernel), sl = strlen(h->suffix), i = 0;
+	while (i < n) {
+		if (!ident_char(p[i])) {
+			size_t j = i;
+			while (j < n && !ident_char(p[j]))
+				j++;
+			fj_buf_putn(out, p + i, j - i);
+			i = j;
+			continue;
+		}
+		size_t j = i;
+		while (j < n && ident_char(p[j]))
+			j++;
+		const char *t = p + i;
+		size_t tl = j - i;
+		bool done = false;
+		for (int e = 0; e < h->nentries && !done; e++) {
+			size_t el = strlen(h->entry[e]);
+			if (tl < el || memcmp(t, h->entry[e], el) != 0 ||
+			    (tl != el && (tl - el < 7 || memcmp(t + el, "_param_", 7) != 0)))
+				continue;
+			fj_buf_puts(out, kernel);
+			fj_buf_putn(out, t + kl, tl - kl); /* the variant's suffix, _param_<i> */
+			done = true;
+		}
+		for (size_t k = 0; !done && copy && sl && k + sl <= tl; k++) {
+			if (memcmp(t + k, h->suffix, sl) != 0)
+				continue;
+			fj_buf_putn(out, t, k + sl);
+			fj_buf_printf(out, "_%u", copy);
+			fj_buf_putn(out, t + k + sl, tl - k - sl);
+			done = true;
+		}
+		if (!done)
+			fj_buf_putn(out, t, tl);
+		i = j;
+	}
+}
+
+/* The fusion.kernel nodes of m, in order (an error for any other op). */
+static fj_status emit_nodes(fj_context *ctx, const fj_module *m, emit_batch *b, uint32_t *n)
+{
+	uint32_t total = 0;
+	for (uint32_t gi = 0; gi < m->ngraphs; gi++)
+		total += m->graphs[gi]->nnodes;
+	b->g = calloc(total + 1, sizeof *b->g);
+	b->node = calloc(total + 1, sizeof *b->node);
+	b->req = calloc(total + 1, sizeof *b->req);
+	if (!b->g || !b->node || !b->req)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	*n = 0;
+	for (uint32_t gi = 0; gi < m->ngraphs; gi++)
+		for (uint32_t i = 0; i < m->graphs[gi]->nnodes; i++) {
+			const fj_node *nd = &m->graphs[gi]->nodes[i];
+			if (nd->op != FJ_OP_FUSION_KERNEL)
+				return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, nd->loc,
+				                       "%s: the nvptx backend runs fused regions only (run the fuse and "
+				                       "schedule passes first)",
+				                       fj_op_name(nd->op));
+			b->g[*n] = m->graphs[gi];
+			b->node[(*n)++] = i;
+		}
+	return FJ_OK;
+}
+
+/* Writes the PTX of every kernel of b, in order, each under its own names. */
+static fj_status emit_join(fj_context *ctx, const emit_batch *b, uint32_t n, fj_buf *out)
+{
+	unsigned *copies = calloc(n + 1, sizeof *copies); /* per request: its copy number */
+	if (!copies)
+		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t k = i; k-- > 0;)
+			if (b->req[k].entry == b->req[i].entry) {
+				copies[i] = copies[k] + 1;
+				break;
+			}
+	for (uint32_t i = 0; i < n; i++) {
+		const fj_kc_entry *e = b->req[i].entry;
+		emit_head h;
+		memcpy(&h, e->data, sizeof h);
+		const char *p = (const char *)e->data + sizeof h;
+		size_t len = e->len - sizeof h;
+		size_t skip = ptx_header_len(p, len);
+		if (i == 0)
+			fj_buf_putn(out, p, skip);
+		const fj_node *nd = &b->g[i]->nodes[b->node[i]];
+		rename_ptx(out, p + skip, len - skip, &h, nd->kernel ? nd->kernel : "fj_kernel", copies[i]);
+	}
+	free(copies);
+	return out->oom ? fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory") : FJ_OK;
+}
+
+/* Every kernel of b in one module, as LLVM IR (--emit=llvm-nvptx) or PTX (a
+ * module without kernels). */
+static fj_status emit_one_module(fj_context *ctx, const emit_batch *b, uint32_t n, bool llvm, fj_buf *out)
+{
+	fj_nvptx_comp c;
+	fj_status st = fj_nvptx_comp_begin(ctx, b->sm, &c);
 	if (st != FJ_OK) {
-		fj_buf_free(&key);
+		fj_nvptx_comp_end(&c);
 		return st;
 	}
-	uint64_t h = fj_hash64(key.data, key.len);
-	pthread_mutex_lock(&s->lock);
-	fj_nvptx_cache_entry *e = cache_find(s, key.data, key.len, h);
-	pthread_mutex_unlock(&s->lock);
-	if (e) {
-		*out = &e->k;
-		if (hit)
-			*hit = true;
-		fj_buf_free(&key);
-		return FJ_OK;
-	}
-	/* compile (outside the lock: fresh LLVM contexts) */
-	fj_rg_analysis a;
-	bool analysed = false;
-	int nv = 0;
-	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
-	st = fj_nvptx_check_sm(ctx, sm);
-	if (st == FJ_OK) {
-		st = fj_rg_analyze(ctx, g, node, &a);
-		analysed = st == FJ_OK;
-	}
-	if (st == FJ_OK)
-		nv = fj_gpu_region_variants(&a, suffix);
-	fj_buf ptx;
-	fj_buf_init(&ptx, ctx);
-	if (st == FJ_OK && nv > 1) {
-		st = pv_compile_region(ctx, s, sm, g, node, nv, &ptx);
-	} else if (st == FJ_OK) { /* one variant: one compilation, as fj_nvptx_emit_module */
-		fj_nvptx_comp c;
-		st = fj_nvptx_comp_begin_state(ctx, s, sm, &c);
-		if (st == FJ_OK) {
-			fj_cg cg;
-			fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
-			st = fj_gpu_emit_region(&c, &cg, g, node, -1, &a);
-			fj_cg_dispose(&cg);
-		}
-		if (st == FJ_OK)
-			st = fj_nvptx_comp_optimise(&c);
-		if (st == FJ_OK)
-			st = fj_nvptx_comp_ptx(&c, &ptx);
-		fj_nvptx_comp_end(&c);
-	}
-	if (st == FJ_OK)
-		fj_buf_putn(&ptx, "", 1); /* NUL-terminated for the driver */
-	if (st == FJ_OK && ptx.oom)
-		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	e = NULL;
-	if (st == FJ_OK) {
-		e = calloc(1, sizeof *e);
-		if (e)
-			e->key = malloc(key.len + 1);
-		if (e && e->key)
-			e->k.ptx = malloc(ptx.len);
-		if (!e || !e->key || !e->k.ptx) {
-			if (e) {
-				free(e->key);
-				free(e);
-			}
-			e = NULL;
-			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-		}
-	}
-	if (st == FJ_OK) {
-		memcpy(e->key, key.data, key.len);
-		e->key[key.len] = 0;
-		e->keylen = key.len;
-		e->hash = h;
-		memcpy(e->k.ptx, ptx.data, ptx.len);
-		e->k.ptxlen = ptx.len - 1;
-		const fj_node *n = &g->nodes[node];
-		snprintf(e->k.name, sizeof e->k.name, "%s", n->kernel ? n->kernel : "fj_kernel");
-		e->k.sched = a.sched;
-		e->k.nvariants = nv;
-		for (int v = 0; v < nv; v++)
-			fj_gpu_entry_name(g, node, &a, v, e->k.entry[v]);
-		e->k.nreds = a.nreds;
-		e->k.nparams = n->nopnds + n->nres + 2;
-		pthread_mutex_lock(&s->lock);
-		fj_nvptx_cache_entry *other = cache_find(s, key.data, key.len, h);
-		if (other) { /* compiled meanwhile by another thread */
-			free(e->key);
-			free(e->k.ptx);
-			free(e);
-			e = other;
-		} else if (!cache_insert(s, e)) {
-			free(e->key);
-			free(e->k.ptx);
-			free(e);
-			e = NULL;
-			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-		}
-		pthread_mutex_unlock(&s->lock);
-		if (e)
-			*out = &e->k;
-	}
-	if (analysed)
+	fj_cg cg;
+	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
+	for (uint32_t i = 0; i < n && st == FJ_OK; i++) {
+		fj_rg_analysis a;
+		st = fj_rg_analyze(ctx, b->g[i], b->node[i], &a);
+		if (st != FJ_OK)
+			break;
+		st = fj_gpu_emit_region(&c, &cg, b->g[i], b->node[i], b->all ? -1 : 0, &a);
 		fj_rg_analysis_free(&a);
-	fj_buf_free(&ptx);
-	fj_buf_free(&key);
+	}
+	fj_cg_dispose(&cg);
+	if (st == FJ_OK)
+		st = fj_nvptx_comp_optimise(&c);
+	if (st == FJ_OK)
+		st = llvm ? fj_nvptx_comp_llvm(&c, out) : fj_nvptx_comp_ptx(&c, out);
+	fj_nvptx_comp_end(&c);
+	return st;
+}
+
+fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *sm, bool llvm, fj_buf *out)
+{
+	if (!sm)
+		sm = FJ_NVPTX_DEFAULT_SM;
+	bool all = fj_context_settings(ctx)->ptx_all_variants;
+	emit_batch b = {.sm = sm, .all = all};
+	uint32_t n = 0;
+	fj_status st = fj_nvptx_check_sm(ctx, sm);
+	if (st == FJ_OK)
+		st = fj_nvptx_state_get(ctx, &b.s);
+	if (st == FJ_OK)
+		st = emit_nodes(ctx, m, &b, &n);
+	if (st == FJ_OK && (llvm || n == 0))
+		st = emit_one_module(ctx, &b, n, llvm, out);
+	else if (st == FJ_OK) {
+		fj_buf keys, target;
+		fj_buf_init(&keys, ctx);
+		fj_buf_init(&target, ctx);
+		size_t *koff = calloc(n + 1, sizeof *koff);
+		for (uint32_t i = 0; i < n && koff; i++) {
+			koff[i] = keys.len;
+			kernel_key(ctx, all ? "emit-all" : "emit", sm, b.g[i], b.node[i], &keys);
+		}
+		describe_target(ctx, sm, &target);
+		if (!koff || keys.oom || target.oom)
+			st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+		else
+			koff[n] = keys.len;
+		for (uint32_t i = 0; i < n && st == FJ_OK; i++)
+			b.req[i] = (fj_kc_request){keys.data + koff[i], koff[i + 1] - koff[i], NULL};
+		if (st == FJ_OK)
+			st = fj_kcache_get(ctx, "ptx-emit", target.data, b.req, n, emit_compile, &b, NULL);
+		if (st == FJ_OK)
+			st = emit_join(ctx, &b, n, out);
+		free(koff);
+		fj_buf_free(&keys);
+		fj_buf_free(&target);
+	}
+	free(b.g);
+	free(b.node);
+	free(b.req);
 	return st;
 }

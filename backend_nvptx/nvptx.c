@@ -111,7 +111,6 @@ static void state_destroy(fj_context *ctx, void *p)
 	fj_nvptx_state *s = p;
 	if (!s)
 		return;
-	fj_nvptx_cache_free(s);
 	fj_cu_driver_free(s->cu);
 	free(s->libdevice);
 	pthread_mutex_destroy(&s->lock);

@@ -3,9 +3,8 @@
  * CUDA driver (cuda.h).
  *
  * Per-context state (fj_context_slot FJ_SLOT_CUDA): the libdevice bitcode
- * (read once, lazily), the compiled-kernel cache (PTX text and launch
- * parameters, keyed by region key + specialisation), and the CUDA driver
- * once loaded. Each compilation builds its module in a fresh LLVM context
+ * (read once, lazily) and the CUDA driver once loaded; compiled kernels live
+ * in the context's kernel cache (cache/kcache.h, compile_gpu.c). Each compilation builds its module in a fresh LLVM context
  * with a diagnostic handler that counts errors (LLVM's default handler calls
  * exit(1) on a backend error).
  *

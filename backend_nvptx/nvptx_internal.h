@@ -7,21 +7,15 @@
 #include "backend_nvptx/cuda.h"
 #include "backend_nvptx/nvptx.h"
 
-typedef struct fj_nvptx_cache_entry fj_nvptx_cache_entry;
-
 /* The per-context state (FJ_SLOT_CUDA). */
 struct fj_nvptx_state {
 	fj_context *ctx;
-	pthread_mutex_t lock;       /* libdevice loading, the cache, the driver */
+	pthread_mutex_t lock;       /* libdevice loading, decoding cached kernels, the driver */
 	bool libdevice_tried;
 	char *libdevice;            /* the bitcode's bytes (malloc), or NULL */
 	size_t libdevice_len;
 	fj_cu *cu;                  /* the driver, once tried */
 	bool cu_tried;
-	fj_nvptx_cache_entry **tab; /* compiled kernels: open addressing on the key hash */
-	uint32_t cap, count;
 };
-
-void fj_nvptx_cache_free(fj_nvptx_state *s); /* region_gpu.c */
 
 #endif

@@ -24,10 +24,12 @@ typedef struct fj_nvptx_kernel {
 } fj_nvptx_kernel;
 
 /* Compiles region `node` of g (a fusion.kernel with a schedule) for target
- * sm (NULL: sm_80), or finds it in the context's cache (*hit). A region with
+ * sm (NULL: sm_80), or finds it in the context's kernel cache (cache/kcache.h,
+ * kind "ptx": memory, then disk; *hit: found in memory). A region with
  * several variants compiles them in parallel, one LLVM module each (up to
- * one thread per core; the compile_jobs setting caps it, 1: serial), and joins
- * their PTX into one module (region_gpu.c). */
+ * compile_jobs threads, 0: one per core, 1: serial), and joins their PTX
+ * into one module (compile_gpu.c). Identical regions share one kernel,
+ * whose entries keep the names of the first one compiled. */
 fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t node, const char *sm,
                                   fj_nvptx_kernel **out, bool *hit);
 
