@@ -405,6 +405,49 @@ static char *compile_trig(const char *sm, const char *jobs, int *nv, char entrie
 	return ptx;
 }
 
+/* The worker contexts of parallel variants (fj_context_new_like): the
+ * settings copied (strings too: the copy outlives the original), the same
+ * allocator; out of memory at each allocation: NULL, nothing leaked, the
+ * original's strings untouched. */
+START_TEST(test_context_new_like)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "nvptx_variants", "col");
+	set_option(ctx, "compile_jobs", "3");
+	set_option(ctx, "libdevice", "none");
+	fj_context *w = fj_context_new_like(ctx);
+	ck_assert_ptr_nonnull(w);
+	const fj_settings *s = fj_context_settings(w);
+	ck_assert_ptr_ne(s->nvptx_variants, fj_context_settings(ctx)->nvptx_variants);
+	fj_context_destroy(ctx);
+	ck_assert_str_eq(s->nvptx_variants, "col");
+	ck_assert_str_eq(s->libdevice, "none");
+	ck_assert_int_eq(s->compile_jobs, 3);
+	fj_context_destroy(w);
+	for (long n = 1; n < 400; n++) {
+		fj_test_alloc a = {0, 0, 0};
+		fj_context *c = fj_context_create(fj_test_alloc_fn, &a);
+		ck_assert_ptr_nonnull(c);
+		set_option(c, "nvptx_variants", "reg");
+		set_option(c, "libcuda", "libcuda.so.1");
+		size_t live = a.live;
+		a.fail_at = a.count + n;
+		fj_context *cw = fj_context_new_like(c);
+		a.fail_at = 0;
+		ck_assert_str_eq(fj_context_settings(c)->nvptx_variants, "reg");
+		if (cw) {
+			ck_assert_str_eq(fj_context_settings(cw)->libcuda, "libcuda.so.1");
+			fj_context_destroy(cw);
+		}
+		ck_assert_uint_eq(a.live, live);
+		fj_context_destroy(c);
+		ck_assert_uint_eq(a.live, 0);
+		if (cw)
+			break; /* every allocation before the last has failed once */
+	}
+}
+END_TEST
+
 START_TEST(test_parallel_variants)
 {
 	fj_context *lctx = fj_context_create(NULL, NULL);
@@ -1189,6 +1232,7 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_libdevice_lazy);
 	tcase_add_test(tc, test_fallback_math);
 	tcase_add_test(tc, test_compile_times);
+	tcase_add_test(tc, test_context_new_like);
 	tcase_add_test(tc, test_parallel_variants);
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_plans_inner_outer);
