@@ -496,4 +496,15 @@ void fj_format_float(double f, char *buf, size_t size);
 fj_status fj_verify_module(fj_module *m);
 fj_status fj_verify_graph(fj_graph *g);
 
+/* ---- copies in memory (ir/clone.c) ---- */
+
+/* A copy of module m: every graph, in order, with m's symbol table and size
+ * expressions as they are (every fj_dim keeps its value). The copy prints
+ * exactly as m and keeps its places; it owns all it points to, so m may be
+ * changed or destroyed afterwards. FJ_ERR_NOMEM (recorded) on failure. */
+fj_status fj_module_clone(const fj_module *m, fj_module **out);
+/* A new module holding a copy of top-level graph g alone (*gout), with all of
+ * g's module's symbols, as fj_module_clone copies them. */
+fj_status fj_graph_clone(const fj_graph *g, fj_module **out, fj_graph **gout);
+
 #endif

@@ -1,5 +1,6 @@
 /* test_ir.c -- the core IR: arena, dtypes, symbolic sizes, graphs, names,
- * and the allocator failure paths of context creation. */
+ * copies in memory, and the allocator failure paths of context creation. */
+#include "frontend/frontend.h"
 #include "test.h"
 
 START_TEST(test_dtype_promote)
@@ -127,6 +128,87 @@ START_TEST(test_alloc_failures)
 }
 END_TEST
 
+/* Prints m (or g alone) into a malloc'd string. */
+static char *print_text(fj_context *ctx, const fj_module *m, const fj_graph *g)
+{
+	fj_buf b;
+	fj_buf_init(&b, ctx);
+	ck_assert_int_eq(g ? fj_print_graph(&b, g) : fj_print_module(&b, m), FJ_OK);
+	char *s = strndup(b.data ? b.data : "", b.len);
+	fj_buf_free(&b);
+	return s;
+}
+
+/* Symbols (N, a product N*4, one only the second graph uses), attributes of
+ * every kind (lists, strings, dtypes, symbolic sizes), literals, parameter
+ * and node annotations, and a fusion.kernel region with its schedule. */
+static const char clone_src[] =
+	"graph @f(%x: f32[N,4] {nograd}, %y: f32[N*4], %i: i64[]) {\n"
+	"  %a = aten.add(%x, 2.5)\n"
+	"  %r = prims.reshape(%y) {shape=[N,4]}\n"
+	"  %d = aten.div(%a, %r) {rounding_mode=\"trunc\"}\n"
+	"  %f = prims.full() {shape=[N,4], value=1, dtype=f32}\n"
+	"  %e = prims.exp(%f) {recomputable=false}\n"
+	"  %k = fusion.kernel(%d, %e) {schedule=\"pointwise\", kernel=\"fj_f_k0\"} : f32[N,4] {\n"
+	"    %one = prims.full() {shape=[N,4], value=1.0, dtype=f32}\n"
+	"    %m = prims.mul(%d, %one)\n"
+	"    %n = prims.add(%m, %e)\n"
+	"    yield %n\n"
+	"  }\n"
+	"  %s = aten.sum(%k) {dims=[1], keepdim=true}\n"
+	"  return %s, %k, %i, 3\n"
+	"}\n"
+	"graph @g(%z: f32[M,2]) {\n"
+	"  %v, %w = prims.var_mean(%z) {dims=[1], correction=0}\n"
+	"  return %w\n"
+	"}\n";
+
+START_TEST(test_clone)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, clone_src, strlen(clone_src), "clone.fj", &m), FJ_OK);
+	char *want = print_text(ctx, m, NULL);
+	char *want_g = print_text(ctx, m, m->graphs[1]);
+	ck_assert_ptr_nonnull(strstr(want, "fusion.kernel"));
+	fj_module *c = NULL, *cg = NULL;
+	fj_graph *g = NULL;
+	ck_assert_int_eq(fj_module_clone(m, &c), FJ_OK);
+	ck_assert_int_eq(fj_graph_clone(m->graphs[1], &cg, &g), FJ_OK);
+	ck_assert_uint_eq(c->ngraphs, 2);
+	ck_assert_uint_eq(cg->ngraphs, 1);
+	ck_assert_ptr_eq(cg->graphs[0], g);
+	/* the same ids, sizes and places, in memory the copy owns */
+	const fj_graph *o = m->graphs[0], *k = c->graphs[0];
+	ck_assert_uint_eq(k->nvalues, o->nvalues);
+	ck_assert_uint_eq(k->nnodes, o->nnodes);
+	for (uint32_t v = 0; v < o->nvalues; v++) {
+		ck_assert_int_eq(k->values[v].loc.line, o->values[v].loc.line);
+		ck_assert(!o->values[v].name || k->values[v].name != o->values[v].name);
+	}
+	ck_assert_ptr_eq(k->nodes[5].body->parent, k);
+	ck_assert_str_eq(k->nodes[0].loc.file, "clone.fj");
+	ck_assert_uint_eq(fj_graph_find_value(k, "d", 1), fj_graph_find_value(o, "d", 1));
+	fj_module_destroy(m); /* the copies stand alone */
+	char *got = print_text(ctx, c, NULL);
+	char *got_g = print_text(ctx, cg, NULL);
+	ck_assert_str_eq(got, want);
+	ck_assert_str_eq(got_g, want_g);
+	ck_assert_int_eq(fj_verify_module(c), FJ_OK);
+	ck_assert_int_eq(fj_verify_module(cg), FJ_OK);
+	/* a copy grows like any graph */
+	ck_assert_ptr_nonnull(fj_graph_fresh_name(c->graphs[0], "d"));
+	ck_assert_uint_ne(fj_graph_add_param(c->graphs[0], "extra", c->graphs[0]->values[0].type, (fj_loc){0}), FJ_NOVAL);
+	free(want);
+	free(want_g);
+	free(got);
+	free(got_g);
+	fj_module_destroy(c);
+	fj_module_destroy(cg);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 Suite *suite_ir(void)
 {
 	Suite *s = suite_create("ir");
@@ -136,6 +218,7 @@ Suite *suite_ir(void)
 	tcase_add_test(tc, test_graph_names);
 	tcase_add_test(tc, test_arena);
 	tcase_add_test(tc, test_alloc_failures);
+	tcase_add_test(tc, test_clone);
 	suite_add_tcase(s, tc);
 	return s;
 }
