@@ -1,8 +1,8 @@
 /* program.c -- the public API's compile and run (include/fusejit/fusejit.h).
  *
- * fj_compile copies the chosen graph into a module of the program's own (print
- * -> parse: the caller's module is only read, and may be destroyed or compiled
- * again by other threads), runs the executor's pipeline on it (training:
+ * fj_compile copies the chosen graph into a module of the program's own
+ * (ir/clone.c: the caller's module is only read, and may be destroyed or
+ * compiled again by other threads), runs the executor's pipeline on it (training:
  * autodiff + partition, giving @f.fw and @f.bw) and compiles one runtime
  * program (runtime/program.h) per graph to run.
  *
@@ -20,11 +20,12 @@
  * outputs without data are allocated (fj_rt_aligned_alloc) and handed over
  * with FJ_TENSOR_OWNED.
  *
- * nvptx: an instance holds two runtime programs: the nvptx one that runs
- * (runtime/program_nvptx.h, on the CUDA driver's primary context, or on the
- * host emulator with FUSEJIT_NVPTX_DEVICE=emulator) and an aten one that only
- * binds, checking every node's shapes on the concrete sizes (the nvptx bind
- * does not re-run inference), as fusejit-run --executor=nvptx does. CUDA
+ Executors: each instance is one compiled program of the runtime's executor
+ * interface (runtime/executor.h: aten, host or nvptx), which binds and
+ * checks every node's shapes on the concrete sizes the same way for all
+ * three. nvptx runs on the program's device (backend_nvptx/device.h: the
+ * CUDA driver's primary context, or the host emulator with the context's
+ * option nvptx_device=emulator), entered around each bind and run. CUDA
  * tensors (device pointers) are used in place: inputs are not uploaded and
  * outputs are written by the kernels directly (fj_rt_nvptx_run_dev); they
  * must be dense (strided ones are refused: no copy kernel yet). Host tensors
@@ -36,12 +37,8 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "backend_nvptx/cuda.h"
-#include "backend_nvptx/emu.h"
-#include "frontend/frontend.h"
 #include "passes/pass.h"
-#include "runtime/program.h"
-#include "runtime/program_nvptx.h"
+#include "runtime/executor.h"
 
 _Static_assert(FJ_MAX_DIMS == FJ_MAX_RANK, "public and internal ranks agree");
 _Static_assert((int)FJ_TYPE_F64 == (int)FJ_DT_F64 && (int)FJ_TYPE_BF16 == (int)FJ_DT_BF16 &&
@@ -53,8 +50,7 @@ _Static_assert((int)FJ_TYPE_F64 == (int)FJ_DT_F64 && (int)FJ_TYPE_BF16 == (int)F
 #define BSTRIDE (FJ_MAX_RANK + 1)
 
 typedef struct inst {
-	fj_rt_program *rt;  /* host/aten: runs; nvptx: binds and checks shapes only */
-	fj_rt_nvprog *nv;   /* nvptx: runs */
+	fj_rt_exec *rt;     /* the compiled program (runtime/executor.h) */
 	bool bound;
 	int64_t *bdims; /* nparams * BSTRIDE: the input sizes, then dtype and rank, it was bound with */
 	struct inst *next;
@@ -70,12 +66,11 @@ struct fj_program {
 	fj_context *ctx;
 	fj_module *m;
 	fj_executor ex;
-	fj_rt_executor rex;   /* nvptx: the shape checker's executor */
-	fj_nvptx_emu *emu;    /* nvptx on the host emulator (a testing aid), else NULL: CUDA */
+	const fj_rt_executor *rex;
+	fj_nvptx_device dev;  /* nvptx: the device (the CUDA driver, or the host emulator) */
 	bool training;
 	int threads;          /* host: at most this many threads (0: all) */
 	pthread_mutex_t lock; /* guards the instance pools */
-	pthread_mutex_t emu_lock; /* the emulator: one run at a time (its kernels' shared memory is global) */
 	part main;            /* inference: the graph; training: the forward */
 	part bw;              /* training: the backward */
 	uint32_t nout;        /* outputs the caller sees */
@@ -124,47 +119,20 @@ static bool valid_target(const char *t)
 
 /* ---- the nvptx device ---- */
 
-/* Records why the nvptx executor cannot run here, as the driver's own
- * sentence ("no CUDA driver: libcuda.so.1 not found (...)") behind the
- * executor's name, and returns its status (FJ_ERR_DRIVER). The driver is
- * opened again on a scratch context: fj_cu_usable records nothing. */
-static fj_status no_cuda(fj_context *ctx)
+/* The device is shared by the runs of every thread (backend_nvptx/device.h):
+ * enter it before a bind, a run or a free, leave it after; *held says
+ * whether it was entered (there is no device to enter on the host). */
+static fj_status enter_device(fj_program *p, bool *held)
 {
-	fj_context *scratch = fj_context_create(NULL, NULL);
-	fj_cu *cu = NULL;
-	if (scratch)
-		fj_cu_open(scratch, NULL, &cu);
-	bool failed = cu && cu->init_status != FJ_OK;
-	fj_status st = fj_error_status(ctx, failed ? cu->init_status : FJ_ERR_DRIVER, (fj_loc){0},
-	                               "the nvptx executor needs a CUDA driver and a GPU: %s",
-	                               failed ? cu->init_error : "the CUDA driver could not be opened");
-	fj_cu_driver_free(cu);
-	fj_context_destroy(scratch);
+	fj_status st = p->dev.enter ? p->dev.enter(p->dev.ud) : FJ_OK;
+	*held = p->dev.enter && st == FJ_OK;
 	return st;
 }
 
-/* The device nvptx programs run on: the CUDA driver (*emu NULL), or, when
- * FUSEJIT_NVPTX_DEVICE=emulator, a new host emulator (backend_nvptx/emu.h),
- * a testing aid for machines with no GPU: slow, and not a GPU (auto never
- * picks nvptx because of it). */
-static fj_status nvptx_device(fj_context *ctx, fj_nvptx_emu **emu)
+static void leave_device(fj_program *p, bool held)
 {
-	*emu = NULL;
-	bool emulator;
-	fj_status st = fj_rt_nvptx_device_env(ctx, &emulator);
-	if (st != FJ_OK)
-		return st;
-	if (emulator)
-		return fj_nvptx_emu_create(ctx, emu);
-	return fj_cu_usable(ctx) ? FJ_OK : no_cuda(ctx);
-}
-
-static bool has_regions(const fj_graph *g)
-{
-	for (uint32_t k = 0; k < g->nnodes; k++)
-		if (g->nodes[k].op == FJ_OP_FUSION_KERNEL)
-			return true;
-	return false;
+	if (held)
+		p->dev.leave(p->dev.ud);
 }
 
 /* The kernels are compiled for the GPU's own architecture (or
@@ -172,8 +140,8 @@ static bool has_regions(const fj_graph *g)
  * rather than ignored. The emulator has no architecture: any target goes. */
 static fj_status check_nvptx_target(fj_program *p, const char *target)
 {
-	const char *sm = fj_rt_nvptx_target(p->main.idle->nv);
-	if (!target || p->emu || strcmp(target, sm) == 0)
+	const char *sm = p->dev.target;
+	if (!target || p->dev.emulated || strcmp(target, sm) == 0)
 		return FJ_OK;
 	return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
 	                       "target %s: the nvptx executor compiles for the GPU's architecture, %s, here (leave "
@@ -256,13 +224,11 @@ static void free_pool(fj_program *p, part *pt)
 {
 	for (inst *i = pt->idle, *next; i; i = next) {
 		next = i->next;
-		/* the driver's allocator takes the buffers back: under its lock */
-		bool held = false;
-		if (i->nv)
-			fj_rt_nvptx_enter(i->nv, &held);
-		fj_rt_nvptx_destroy(i->nv);
-		fj_rt_nvptx_leave(p->ctx, held);
-		fj_rt_program_destroy(i->rt);
+		/* the device's allocator takes the buffers back: entered */
+		bool held;
+		enter_device(p, &held);
+		fj_rt_exec_destroy(i->rt);
+		leave_device(p, held);
 		fj_free(p->ctx, i->bdims, (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims);
 		fj_free(p->ctx, i, sizeof *i);
 	}
@@ -282,19 +248,9 @@ void fj_program_destroy(fj_program *p)
 		if (p->info[r])
 			fj_free(ctx, p->info[r], (p->ninfo[r] ? p->ninfo[r] : 1) * sizeof(fj_value_info));
 	fj_module_destroy(p->m);
-	fj_nvptx_emu_destroy(p->emu); /* after the instances: their kernels live in it */
+	fj_nvptx_device_close(&p->dev); /* after the instances: their kernels live in it */
 	pthread_mutex_destroy(&p->lock);
-	pthread_mutex_destroy(&p->emu_lock);
 	fj_free(ctx, p, sizeof *p);
-}
-
-/* The nvptx program of graph g on the program's device. */
-static fj_status create_nv(fj_program *p, const fj_graph *g, fj_rt_nvprog **out)
-{
-	if (!p->emu)
-		return fj_rt_nvptx_create(p->ctx, g, out);
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(p->emu);
-	return fj_rt_nvptx_create_on(p->ctx, g, &dev, out);
 }
 
 static fj_status new_inst(fj_program *p, part *pt, inst **out)
@@ -306,13 +262,9 @@ static fj_status new_inst(fj_program *p, part *pt, inst **out)
 	memset(i, 0, sizeof *i);
 	size_t nb = (pt->g->nparams ? pt->g->nparams : 1) * BSTRIDE * sizeof *i->bdims;
 	i->bdims = fj_alloc(ctx, nb);
-	fj_status st = i->bdims ? fj_rt_program_create(ctx, pt->g, p->rex, &i->rt) : oom(ctx);
-	if (st == FJ_OK)
-		fj_rt_program_set_threads(i->rt, p->threads);
-	if (st == FJ_OK && p->ex == FJ_EXECUTOR_NVPTX)
-		st = create_nv(p, pt->g, &i->nv);
+	fj_rt_exec_options eo = {.threads = p->threads, .device = p->dev.alloc ? &p->dev : NULL};
+	fj_status st = i->bdims ? fj_rt_exec_create(p->rex, ctx, pt->g, &eo, &i->rt) : oom(ctx);
 	if (st != FJ_OK) {
-		fj_rt_program_destroy(i->rt);
 		if (i->bdims)
 			fj_free(ctx, i->bdims, nb);
 		fj_free(ctx, i, sizeof *i);
@@ -341,26 +293,26 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	}
 	if (opts.threads < 0)
 		return fj_api_arg_error(ctx, "fj_compile", "threads must be 0 (all cores) or positive");
-	fj_rt_executor rex;
+	const fj_rt_executor *rex;
 	fj_executor ex = opts.executor;
 	switch (ex) {
 	case FJ_EXECUTOR_AUTO: /* IR.md §5: nvptx when a CUDA driver and a GPU are usable (the emulator is not a GPU) */
-		ex = fj_cu_usable(ctx) ? FJ_EXECUTOR_NVPTX : FJ_EXECUTOR_HOST;
-		rex = ex == FJ_EXECUTOR_NVPTX ? FJ_RT_EXEC_ATEN : FJ_RT_EXEC_HOST;
+		rex = fj_rt_executor_auto(ctx, NULL);
+		ex = rex == &fj_rt_nvptx_executor ? FJ_EXECUTOR_NVPTX : FJ_EXECUTOR_HOST;
 		break;
-	case FJ_EXECUTOR_HOST: rex = FJ_RT_EXEC_HOST; break;
-	case FJ_EXECUTOR_ATEN: rex = FJ_RT_EXEC_ATEN; break;
-	case FJ_EXECUTOR_NVPTX: rex = FJ_RT_EXEC_ATEN; break;
+	case FJ_EXECUTOR_HOST: rex = &fj_rt_host_executor; break;
+	case FJ_EXECUTOR_ATEN: rex = &fj_rt_aten_executor; break;
+	case FJ_EXECUTOR_NVPTX: rex = &fj_rt_nvptx_executor; break;
 	default: return fj_api_arg_error(ctx, "fj_compile", "unknown executor");
 	}
-	fj_nvptx_emu *emu = NULL;
+	fj_nvptx_device dev = {0}; /* nvptx: the CUDA driver, or the emulator the settings ask for */
 	if (ex == FJ_EXECUTOR_NVPTX) {
-		fj_status dst = nvptx_device(ctx, &emu);
+		fj_status dst = fj_nvptx_device_open(ctx, &dev);
 		if (dst != FJ_OK)
 			return dst;
 	}
 	if (opts.target && !valid_target(opts.target)) {
-		fj_nvptx_emu_destroy(emu);
+		fj_nvptx_device_close(&dev);
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
 		                       "unknown target '%s' (expected sm_80, sm_86, sm_89, sm_90 or sm_90a)", opts.target);
 	}
@@ -370,12 +322,12 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 		const char *name = opts.graph[0] == '@' ? opts.graph + 1 : opts.graph;
 		g0 = fj_module_find_graph(m, name);
 		if (!g0) {
-			fj_nvptx_emu_destroy(emu);
+			fj_nvptx_device_close(&dev);
 			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the module has no graph named @%s", name);
 		}
 	} else {
 		if (!m->ngraphs) {
-			fj_nvptx_emu_destroy(emu);
+			fj_nvptx_device_close(&dev);
 			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "no graph to compile (the module is empty)");
 		}
 		g0 = fj_module_find_graph(m, "main");
@@ -385,24 +337,19 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	/* the program's own copy */
 	fj_program *p = fj_alloc(ctx, sizeof *p);
 	if (!p) {
-		fj_nvptx_emu_destroy(emu);
+		fj_nvptx_device_close(&dev);
 		return oom(ctx);
 	}
 	memset(p, 0, sizeof *p);
 	p->ctx = ctx;
 	p->ex = ex;
 	p->rex = rex;
-	p->emu = emu;
+	p->dev = dev;
 	p->training = opts.training != 0;
 	p->threads = opts.threads;
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_mutex_init(&p->emu_lock, NULL);
-	fj_buf b;
-	fj_buf_init(&b, ctx);
-	fj_status st = fj_print_graph(&b, g0);
-	if (st == FJ_OK)
-		st = fj_parse_module(ctx, b.data ? b.data : "", b.len, m->file ? m->file : "<module>", &p->m);
-	fj_buf_free(&b);
+	fj_graph *copy = NULL;
+	fj_status st = fj_graph_clone(g0, &p->m, &copy);
 	if (st != FJ_OK) {
 		fj_program_destroy(p);
 		return st;
@@ -448,10 +395,6 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	 * the primals in order; the original graph, when the pipeline kept it, has
 	 * the annotations */
 	st = make_infos(p, orig ? orig : p->main.g);
-	/* nvptx: the shape checker is aten, which runs unfused graphs only; a
-	 * pipeline that fused the graph already needs the host executor's bind */
-	if (ex == FJ_EXECUTOR_NVPTX && (has_regions(p->main.g) || (p->bw.g && has_regions(p->bw.g))))
-		p->rex = FJ_RT_EXEC_HOST;
 	/* compile: one instance per graph now, so that errors show at compile time */
 	inst *i = NULL;
 	if (st == FJ_OK && (st = new_inst(p, &p->main, &i)) == FJ_OK) {
@@ -692,9 +635,7 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
 	if (same)
 		return FJ_OK;
 	i->bound = false;
-	fj_status st = fj_rt_program_bind(i->rt, in, NULL, NULL, 0);
-	if (st == FJ_OK && i->nv) /* shapes checked: now the device buffers and launch plans */
-		st = fj_rt_nvptx_bind(i->nv, in, NULL, NULL, 0);
+	fj_status st = fj_rt_exec_bind(i->rt, in, NULL, NULL, 0);
 	if (st != FJ_OK)
 		return st;
 	for (uint32_t k = 0; k < g->nparams; k++) {
@@ -703,28 +644,6 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
 	}
 	i->bound = true;
 	return FJ_OK;
-}
-
-/* nvptx: the device is shared by the runs of every thread (program_nvptx.h):
- * enter it before a bind and a run, leave it after (only when entered);
- * *held says whether the driver's lock is held. */
-static fj_status enter_device(fj_program *p, inst *i, bool *held)
-{
-	*held = false;
-	if (!i->nv)
-		return FJ_OK;
-	if (p->emu) {
-		pthread_mutex_lock(&p->emu_lock);
-		return FJ_OK;
-	}
-	return fj_rt_nvptx_enter(i->nv, held);
-}
-
-static void leave_device(fj_program *p, inst *i, bool held)
-{
-	if (i->nv && p->emu)
-		pthread_mutex_unlock(&p->emu_lock);
-	fj_rt_nvptx_leave(p->ctx, held);
 }
 
 /* Runs graph pt on in[0..nparams) into slots[0..nresults). in_dev[k] != 0:
@@ -739,7 +658,7 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 	if (st != FJ_OK)
 		return st;
 	bool held;
-	if ((st = enter_device(p, i, &held)) != FJ_OK) {
+	if ((st = enter_device(p, &held)) != FJ_OK) {
 		release(p, pt, i);
 		return st;
 	}
@@ -750,7 +669,7 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 	if (!outs || !out_dev) {
 		fj_free(ctx, outs, nr * sizeof *outs);
 		fj_free(ctx, out_dev, nr * sizeof *out_dev);
-		leave_device(p, i, held);
+		leave_device(p, held);
 		release(p, pt, i);
 		return oom(ctx);
 	}
@@ -764,7 +683,7 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		fj_vid v = g->results[k];
 		const fj_value *val = &g->values[v];
 		int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
-		const int64_t *want = fj_rt_program_value_dims(i->rt, v);
+		const int64_t *want = fj_rt_exec_value_dims(i->rt, v);
 		out_slot *s = &slots[k];
 		memset(&outs[k], 0, sizeof outs[k]);
 		fj_tensor *u = s->user;
@@ -804,8 +723,8 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		}
 	}
 	if (st == FJ_OK)
-		st = i->nv ? fj_rt_nvptx_run_dev(i->nv, in, in_dev, outs, out_dev) : fj_rt_program_run(i->rt, in, outs);
-	leave_device(p, i, held);
+		st = fj_rt_exec_run(i->rt, in, in_dev, outs, out_dev);
+	leave_device(p, held);
 	release(p, pt, i);
 	/* hand the results over */
 	for (uint32_t k = 0; outs && k < g->nresults; k++) {

@@ -304,8 +304,8 @@ bool fj_cu_usable(fj_context *ctx)
 	if (!s->cu_tried) {
 		fj_context *scratch = fj_context_create(NULL, NULL);
 		fj_cu *cu = NULL;
-		if (scratch)
-			fj_cu_open(scratch, NULL, &cu);
+		if (scratch) /* with ctx's settings: its driver library */
+			fj_cu_open(scratch, fj_context_settings(ctx)->libcuda, &cu);
 		if (cu)
 			cu->ctx = ctx;
 		s->cu = cu;

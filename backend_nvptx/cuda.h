@@ -89,7 +89,7 @@ fj_status fj_cu_check(fj_context *ctx, int res, const char *call, const char *fi
 /* Formats an error like fj_cu_check without recording it. */
 void fj_cu_format_error(char *buf, size_t size, int res, const char *call, const char *file, int line);
 
-/* Loads the driver library at `path` (NULL: libcuda.so.1, or $FUSEJIT_LIBCUDA),
+/* Loads the driver library at `path` (NULL: the settings' libcuda, else libcuda.so.1),
  * resolves the entry points, runs cuInit and sets up device 0. On failure the
  * message is recorded on ctx and kept in (*out)->init_error; *out is set
  * whenever memory allowed, so tests can inspect it. */

@@ -34,7 +34,8 @@ typedef struct emu_kernel {
 
 struct fj_nvptx_emu {
 	fj_context *ctx;
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;     /* the JIT and the kernel list */
+	pthread_mutex_t run_lock; /* one caller between enter and leave: the kernels' shared memory is global */
 	LLVMOrcLLJITRef jit;
 	LLVMTargetMachineRef tm;
 	char *triple, *cpu, *features;
@@ -267,6 +268,7 @@ void fj_nvptx_emu_destroy(fj_nvptx_emu *e)
 		free(e->kern[i]);
 	free(e->kern);
 	pthread_mutex_destroy(&e->lock);
+	pthread_mutex_destroy(&e->run_lock);
 	free(e);
 }
 
@@ -280,6 +282,7 @@ fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	e->ctx = ctx;
 	pthread_mutex_init(&e->lock, NULL);
+	pthread_mutex_init(&e->run_lock, NULL);
 	e->triple = LLVMGetDefaultTargetTriple();
 	e->cpu = LLVMGetHostCPUName();
 	e->features = LLVMGetHostCPUFeatures();
@@ -542,11 +545,24 @@ static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsi
 	return st;
 }
 
-fj_rt_gpu_dev fj_nvptx_emu_device(fj_nvptx_emu *e)
+static fj_status d_enter(void *ud)
 {
-	return (fj_rt_gpu_dev){
-		.ud = e, .name = "host emulator", .target = "emu", .alloc = d_alloc, .release = d_release,
-		.htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync, .prepare = d_prepare,
-		.launch = d_launch,
+	fj_nvptx_emu *e = ud;
+	pthread_mutex_lock(&e->run_lock);
+	return FJ_OK;
+}
+
+static void d_leave(void *ud)
+{
+	fj_nvptx_emu *e = ud;
+	pthread_mutex_unlock(&e->run_lock);
+}
+
+fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e)
+{
+	return (fj_nvptx_device){
+		.ud = e, .name = "host emulator", .target = "emu", .emulated = true, .alloc = d_alloc,
+		.release = d_release, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
+		.prepare = d_prepare, .launch = d_launch, .enter = d_enter, .leave = d_leave,
 	};
 }

@@ -16,13 +16,16 @@
 #ifndef FJ_NVPTX_EMU_H
 #define FJ_NVPTX_EMU_H
 
-#include "runtime/program_nvptx.h"
+#include "backend_nvptx/device.h"
 
 typedef struct fj_nvptx_emu fj_nvptx_emu;
 
 fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out);
 void fj_nvptx_emu_destroy(fj_nvptx_emu *e);
-/* The device to give fj_rt_nvptx_create_on. */
-fj_rt_gpu_dev fj_nvptx_emu_device(fj_nvptx_emu *e);
+/* The emulator as a GPU device (device.h): no events (no --bench), no dtod
+ * (copies are staged through the host); enter/leave let one caller at a
+ * time run (the kernels' shared memory is one global per module). e must
+ * outlive the device's users; fj_nvptx_device_open's copy frees e on close. */
+fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e);
 
 #endif

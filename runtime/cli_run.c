@@ -21,10 +21,8 @@
 #include "passes/reference.h"
 #include "runtime/cli.h"
 #include "runtime/npy.h"
+#include "runtime/executor.h"
 #include "runtime/program.h"
-#include "runtime/program_nvptx.h"
-#include "backend_nvptx/cuda.h"
-#include "backend_nvptx/emu.h"
 
 #define TOOL "fusejit-run"
 
@@ -147,43 +145,34 @@ static bool parse_i64(const char *s, int64_t *out)
 
 /* ---- the nvptx device ---- */
 
-/* The executor a run uses: a runtime program (host, aten), or nvptx, where
- * an aten program binds the inputs and checks every node's shapes (the
- * nvptx bind does not re-run inference) and an nvptx program runs. */
+/* The executor a run uses (runtime/executor.h) and, for nvptx, its device. */
 typedef struct executor {
-	fj_rt_executor rt;
+	const fj_rt_executor *ex;
 	const char *name;
-	bool nv;
-	fj_nvptx_emu *emu; /* nvptx on the host emulator, else NULL: the CUDA driver */
+	const fj_nvptx_device *dev; /* nvptx: the device; NULL: none */
 } executor;
 
-static const executor aten_executor = {FJ_RT_EXEC_ATEN, "aten", false, NULL};
+static const executor aten_executor = {&fj_rt_aten_executor, "aten", NULL};
 
 /* Opens the nvptx executor's device, as api/program.c does: the CUDA driver
  * (without one, its own one-sentence error), or, with
  * FUSEJIT_NVPTX_DEVICE=emulator, the host emulator of backend_nvptx/emu.h: a
  * testing aid for machines with no GPU (slow, and no --bench, which times
  * with CUDA events). */
-static fj_status nv_open(fj_context *ctx, fj_nvptx_emu **emu)
+static fj_status nv_open(fj_context *ctx, fj_nvptx_device *dev)
 {
-	*emu = NULL;
 	bool emulator;
-	fj_status st = fj_rt_nvptx_device_env(ctx, &emulator);
+	fj_status st = fj_nvptx_device_kind(ctx, &emulator);
 	if (st != FJ_OK)
 		return st;
-	if (emulator)
-		return fj_nvptx_emu_create(ctx, emu);
-	fj_cu *cu;
-	return fj_cu_get(ctx, &cu);
+	return emulator ? fj_nvptx_device_open(ctx, dev) : fj_nvptx_cuda_device(ctx, dev);
 }
 
-/* The nvptx program of graph g on ex's device. */
-static fj_status nv_create(fj_context *ctx, const executor *ex, const fj_graph *g, fj_rt_nvprog **out)
+/* Compiles g for ex. */
+static fj_status exec_create(fj_context *ctx, const executor *ex, fj_graph *g, fj_rt_exec **out)
 {
-	if (!ex->emu)
-		return fj_rt_nvptx_create(ctx, g, out);
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(ex->emu);
-	return fj_rt_nvptx_create_on(ctx, g, &dev, out);
+	fj_rt_exec_options eo = {.device = ex->dev};
+	return fj_rt_exec_create(ex->ex, ctx, g, &eo, out);
 }
 
 /* ---- arguments ---- */
@@ -432,7 +421,7 @@ static void index_bound_dims(fj_context *ctx, const fj_graph *g, fj_dim *bound)
 
 /* The concrete index bounds (-1: none) of n parameters from their bound
  * dims, with the symbols p bound. */
-static void index_bounds(const fj_module *m, const fj_rt_program *p, const fj_dim *dims, uint32_t n, int64_t *bound)
+static void index_bounds(const fj_module *m, const fj_rt_exec *p, const fj_dim *dims, uint32_t n, int64_t *bound)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		fj_dim d = dims[i];
@@ -444,7 +433,7 @@ static void index_bounds(const fj_module *m, const fj_rt_program *p, const fj_di
 			const fj_symexpr *e = fj_dim_expr(m, d);
 			int64_t v = e->coef;
 			for (uint32_t k = 0; k < e->nsyms && v >= 0; k++) {
-				int64_t s = fj_rt_program_symbol(p, e->syms[k]);
+				int64_t s = fj_rt_exec_symbol(p, e->syms[k]);
 				v = s < 0 ? -1 : v * s;
 			}
 			bound[i] = v;
@@ -532,107 +521,21 @@ static void print_summary(FILE *f, const fj_rt_tensor *t)
 
 /* ---- bench ---- */
 
-typedef struct copy_arg {
-	char *dst;
-	const char *src;
-} copy_arg;
-
-static int32_t copy_task(void *arg, int64_t lo, int64_t hi)
-{
-	copy_arg *c = arg;
-	memcpy(c->dst + lo, c->src + lo, (size_t)(hi - lo));
-	return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 typedef struct bench_result {
 	double median_ms, copy_ms;
 	int reps;
 	size_t bytes;
 } bench_result;
 
-static fj_status bench(fj_context *ctx, fj_rt_program *p, const fj_rt_tensor *const *in, fj_rt_tensor *out,
-                       bench_result *br)
+/* --bench through the executor (FUSEJIT_BENCH_REPS=N: exactly N timed runs
+ * on the host; bench/run: few for slow executors). */
+static fj_status bench(fj_rt_exec *e, const fj_rt_tensor *const *in, fj_rt_tensor *out, bench_result *br)
 {
-	const fj_graph *g = fj_rt_program_graph(p);
-	size_t bytes = 0;
-	for (uint32_t i = 0; i < g->nparams; i++)
-		bytes += in[i]->nbytes;
-	for (uint32_t k = 0; k < g->nresults; k++)
-		bytes += out[k].nbytes;
-	br->bytes = bytes;
-	/* warm-up */
-	double t0 = now_ms();
-	fj_status st = FJ_OK;
-	int warm = 0;
-	do {
-		st = fj_rt_program_run(p, in, out);
-		warm++;
-	} while (st == FJ_OK && warm < 3 && now_ms() - t0 < 200);
-	if (st != FJ_OK)
-		return st;
-	double one = (now_ms() - t0) / warm;
-	int reps = one > 0 ? (int)(500.0 / one) : 1000;
-	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;
-	/* FUSEJIT_BENCH_REPS=N: exactly N timed runs (bench/run: few for slow executors) */
 	const char *env_reps = getenv("FUSEJIT_BENCH_REPS");
-	if (env_reps && atoi(env_reps) > 0)
-		reps = atoi(env_reps) > 1000 ? 1000 : atoi(env_reps);
-	double *times = malloc((size_t)reps * sizeof *times);
-	if (!times)
-		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	for (int r = 0; r < reps && st == FJ_OK; r++) {
-		double a = now_ms();
-		st = fj_rt_program_run(p, in, out);
-		times[r] = now_ms() - a;
-	}
-	if (st != FJ_OK) {
-		free(times);
-		return st;
-	}
-	qsort(times, (size_t)reps, sizeof *times, cmp_double);
-	br->median_ms = reps % 2 ? times[reps / 2] : (times[reps / 2 - 1] + times[reps / 2]) / 2;
-	br->reps = reps;
-	/* the copy: bytes/2 read, bytes/2 written, with the host executor's threads */
-	size_t half = bytes / 2;
-	char *src = fj_rt_aligned_alloc(half), *dst = fj_rt_aligned_alloc(half);
-	if (!src || !dst) {
-		fj_rt_aligned_free(src);
-		fj_rt_aligned_free(dst);
-		free(times);
-		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	}
-	memset(src, 1, half);
-	memset(dst, 0, half);
-	int threads = fj_host_thread_count(ctx);
-	copy_arg ca = {dst, src};
-	for (int r = 0; r < 3; r++)
-		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
-	for (int r = 0; r < reps; r++) {
-		double a = now_ms();
-		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
-		times[r] = now_ms() - a;
-	}
-	qsort(times, (size_t)reps, sizeof *times, cmp_double);
-	br->copy_ms = reps % 2 ? times[reps / 2] : (times[reps / 2 - 1] + times[reps / 2]) / 2;
-	fj_rt_aligned_free(src);
-	fj_rt_aligned_free(dst);
-	free(times);
-	return FJ_OK;
-}
-
-/* --bench on the device (fj_rt_nvptx_bench: the launches timed with CUDA
- * events, and the same-run device-to-device copy), in bench's terms. */
-static fj_status bench_nv(fj_rt_nvprog *nv, const fj_rt_tensor *const *in, bench_result *br)
-{
-	fj_rt_nvptx_bench_result nb;
-	fj_status st = fj_rt_nvptx_bench(nv, in, &nb);
-	*br = (bench_result){.median_ms = nb.median_ms, .copy_ms = nb.copy_ms, .reps = nb.reps, .bytes = nb.bytes};
+	int reps = env_reps && atoi(env_reps) > 0 ? atoi(env_reps) : 0;
+	fj_rt_bench b;
+	fj_status st = fj_rt_exec_bench(e, in, out, reps, &b);
+	*br = (bench_result){.median_ms = b.median_ms, .copy_ms = b.copy_ms, .reps = b.reps, .bytes = b.bytes};
 	return st;
 }
 
@@ -643,8 +546,7 @@ static bool ensure_dir(const char *dir);
 /* One graph's program with its inputs and outputs, for --train. */
 typedef struct phase {
 	fj_graph *g;
-	fj_rt_program *p;           /* host/aten: runs; nvptx: binds and checks shapes */
-	fj_rt_nvprog *nv;           /* nvptx: runs */
+	fj_rt_exec *e;              /* the compiled program */
 	fj_rt_tensor *own;          /* inputs this phase allocated (random, files) */
 	const fj_rt_tensor **in;
 	const char **origin;
@@ -662,8 +564,7 @@ static void phase_free(phase *ph)
 	free(ph->in);
 	free(ph->origin);
 	free(ph->out);
-	fj_rt_program_destroy(ph->p);
-	fj_rt_nvptx_destroy(ph->nv);
+	fj_rt_exec_destroy(ph->e);
 	memset(ph, 0, sizeof *ph);
 }
 
@@ -688,9 +589,9 @@ static fj_status phase_alloc(fj_context *ctx, phase *ph, fj_graph *g)
 static fj_status phase_run(fj_context *ctx, phase *ph, const executor *ex, const run_opts *o, const char *salt)
 {
 	fj_graph *g = ph->g;
-	fj_status st = fj_rt_program_create(ctx, g, ex->rt, &ph->p);
+	fj_status st = exec_create(ctx, ex, g, &ph->e);
 	if (st == FJ_OK)
-		st = fj_rt_program_bind(ph->p, ph->in, ph->origin, o->dims, o->ndims);
+		st = fj_rt_exec_bind(ph->e, ph->in, ph->origin, o->dims, o->ndims);
 	if (st != FJ_OK)
 		return st;
 	int64_t *bounds = calloc(g->nparams ? g->nparams : 1, sizeof *bounds);
@@ -703,14 +604,14 @@ static fj_status phase_run(fj_context *ctx, phase *ph, const executor *ex, const
 	}
 	if (own)
 		index_bound_dims(ctx, g, own);
-	index_bounds(g->module, ph->p, ph->bdims ? ph->bdims : own, g->nparams, bounds);
+	index_bounds(g->module, ph->e, ph->bdims ? ph->bdims : own, g->nparams, bounds);
 	free(own);
 	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++) {
 		if (ph->in[i])
 			continue;
 		const fj_value *pv = &g->values[g->params[i]];
 		st = fj_rt_tensor_alloc(ctx, &ph->own[i], pv->type.dtype, pv->type.rank,
-		                        fj_rt_program_value_dims(ph->p, g->params[i]));
+		                        fj_rt_exec_value_dims(ph->e, g->params[i]));
 		if (st == FJ_OK) {
 			char name[300];
 			snprintf(name, sizeof name, "%s%s", salt, pv->name);
@@ -721,22 +622,13 @@ static fj_status phase_run(fj_context *ctx, phase *ph, const executor *ex, const
 	free(bounds);
 	if (st != FJ_OK)
 		return st;
-	if (!ex->nv)
-		return fj_rt_program_run(ph->p, ph->in, ph->out);
-	st = nv_create(ctx, ex, g, &ph->nv);
-	if (st == FJ_OK)
-		st = fj_rt_nvptx_bind(ph->nv, ph->in, ph->origin, o->dims, o->ndims);
-	if (st == FJ_OK)
-		st = fj_rt_nvptx_run(ph->nv, ph->in, ph->out);
-	return st;
+	return fj_rt_exec_run(ph->e, ph->in, NULL, ph->out, NULL);
 }
 
 /* --bench of one phase: on the host, or on the device. */
 static fj_status phase_bench(fj_context *ctx, phase *ph, bench_result *br)
 {
-	if (ph->nv)
-		return bench_nv(ph->nv, ph->in, br);
-	return bench(ctx, ph->p, ph->in, ph->out, br);
+	return bench(ph->e, ph->in, ph->out, br);
 }
 
 #define STEM_MAX 300
@@ -980,7 +872,7 @@ static int tangent_output(const named_out *outs, uint32_t K, const char *gname, 
 /* The sizes the backward binds: --dim's, then every other symbol the
  * forward's inputs bound (a tangent of shape [N,4] is random data: the
  * backward's own inputs may not fix N). *n: how many; NULL: out of memory. */
-static fj_rt_dimarg *backward_dims(const fj_module *m, const fj_rt_program *fwp, const run_opts *o, size_t *n)
+static fj_rt_dimarg *backward_dims(const fj_module *m, const fj_rt_exec *fwp, const run_opts *o, size_t *n)
 {
 	uint32_t ns = fj_symbol_count(m);
 	fj_rt_dimarg *d = calloc(o->ndims + ns + 1, sizeof *d);
@@ -993,8 +885,8 @@ static fj_rt_dimarg *backward_dims(const fj_module *m, const fj_rt_program *fwp,
 		bool given = false;
 		for (size_t k = 0; k < o->ndims; k++)
 			given |= strcmp(o->dims[k].name, sn) == 0;
-		if (!given && fj_rt_program_symbol(fwp, s) >= 0)
-			d[(*n)++] = (fj_rt_dimarg){sn, fj_rt_program_symbol(fwp, s)};
+		if (!given && fj_rt_exec_symbol(fwp, s) >= 0)
+			d[(*n)++] = (fj_rt_dimarg){sn, fj_rt_exec_symbol(fwp, s)};
 	}
 	return d;
 }
@@ -1110,7 +1002,7 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 	}
 	for (uint32_t i = 0; i < nsaved; i++)
 		bw.in[i] = &fw.out[K + i];
-	if (!(bo.dims = backward_dims(m, fw.p, o, &bo.ndims))) {
+	if (!(bo.dims = backward_dims(m, fw.e, o, &bo.ndims))) {
 		errorf("out of memory");
 		goto done;
 	}
@@ -1316,9 +1208,11 @@ static int run_train(fj_context *ctx, fj_module *m, const char *gname, const run
 		fputs("}\n", f);
 	} else {
 		char where[300] = "";
-		if (ex->nv)
-			snprintf(where, sizeof where, " (%s, %s; %u + %u fused kernels)", fj_rt_nvptx_device(fw.nv),
-			         fj_rt_nvptx_target(fw.nv), fj_rt_nvptx_kernels(fw.nv), fj_rt_nvptx_kernels(bw.nv));
+		if (ex->dev) {
+			fj_rt_exec_info fi = fj_rt_exec_info_of(fw.e), bi = fj_rt_exec_info_of(bw.e);
+			snprintf(where, sizeof where, " (%s, %s; %u + %u fused kernels)", fi.device, fi.target, fi.kernels,
+			         bi.kernels);
+		}
 		fprintf(f, "@%s trained on %s%s: @%s (%u outputs, %u saved) and @%s, seed %llu\n", name, ex->name, where,
 		        fwname, K, nsaved, bwname, (unsigned long long)o->seed);
 		for (uint32_t j = 0; j < nouts; j++) {
@@ -1394,9 +1288,9 @@ int fj_run_main(int argc, char **argv)
 	o.tangents = calloc((size_t)argc + 1, sizeof *o.tangents);
 	fj_context *ctx = NULL;
 	fj_module *m = NULL;
-	fj_rt_program *prog = NULL, *ref = NULL;
-	fj_rt_nvprog *nv = NULL; /* before any goto done */
-	fj_nvptx_emu *emu = NULL;
+	fj_rt_exec *prog = NULL; /* before any goto done */
+	fj_rt_program *ref = NULL;
+	fj_nvptx_device dev = {0};
 	fj_rt_tensor *in = NULL, *out = NULL, *refout = NULL;
 	const fj_rt_tensor **inp = NULL;
 	const char **origin = NULL;
@@ -1420,21 +1314,20 @@ int fj_run_main(int argc, char **argv)
 		rc = 0;
 		goto done;
 	}
-	fj_rt_executor ex;
+	const fj_rt_executor *ex;
 	const char *exname;
 	bool use_nv = false; /* the nvptx executor (program_nvptx.h) */
 	if (strcmp(o.executor, "auto") == 0 || strcmp(o.executor, "host") == 0) {
 		/* auto: host here; nvptx instead when a CUDA driver and a GPU
 		 * are usable (checked below, once the context exists) */
-		ex = FJ_RT_EXEC_HOST;
+		ex = &fj_rt_host_executor;
 		exname = "host";
 	} else if (strcmp(o.executor, "aten") == 0) {
-		ex = FJ_RT_EXEC_ATEN;
+		ex = &fj_rt_aten_executor;
 		exname = "aten";
 	} else if (strcmp(o.executor, "nvptx") == 0) {
-		/* nvptx: fused PTX on the GPU; an aten program binds the inputs and
-		 * serves as the shape checker (nvptx.h, program_nvptx.h) */
-		ex = FJ_RT_EXEC_ATEN;
+		/* nvptx: fused PTX on the GPU (program_nvptx.h) */
+		ex = &fj_rt_nvptx_executor;
 		exname = "nvptx";
 		use_nv = true;
 	} else {
@@ -1500,21 +1393,21 @@ int fj_run_main(int argc, char **argv)
 		if (!g)
 			g = m->graphs[0];
 	}
-	if (strcmp(o.executor, "auto") == 0 && fj_cu_usable(ctx)) {
-		ex = FJ_RT_EXEC_ATEN;
+	if (strcmp(o.executor, "auto") == 0 && fj_rt_executor_auto(ctx, g) == &fj_rt_nvptx_executor) {
+		ex = &fj_rt_nvptx_executor;
 		exname = "nvptx";
 		use_nv = true;
 	}
-	if (use_nv && (st = nv_open(ctx, &emu)) != FJ_OK) {
+	if (use_nv && (st = nv_open(ctx, &dev)) != FJ_OK) {
 		report(ctx, st);
 		goto done;
 	}
-	if (o.bench && emu) { /* before a slow emulated run */
+	if (o.bench && dev.emulated) { /* before a slow emulated run */
 		errorf("--bench needs the CUDA device (it times kernels with CUDA events), not "
 		       "FUSEJIT_NVPTX_DEVICE=emulator");
 		goto done;
 	}
-	const executor exr = {ex, exname, use_nv, emu};
+	const executor exr = {ex, exname, use_nv ? &dev : NULL};
 	if (o.train) {
 		rc = run_train(ctx, m, g->name, &o, &exr);
 		goto done;
@@ -1565,14 +1458,10 @@ int fj_run_main(int argc, char **argv)
 	}
 
 	double c0 = now_ms();
-	st = use_nv ? nv_create(ctx, &exr, g, &nv) : FJ_OK;
+	st = exec_create(ctx, &exr, g, &prog);
 	double compile_cold = now_ms() - c0;
 	if (st == FJ_OK)
-		st = fj_rt_program_create(ctx, g, ex, &prog);
-	if (!use_nv)
-		compile_cold = now_ms() - c0;
-	if (st == FJ_OK)
-		st = fj_rt_program_bind(prog, inp, origin, o.dims, o.ndims);
+		st = fj_rt_exec_bind(prog, inp, origin, o.dims, o.ndims);
 	if (st != FJ_OK) {
 		report(ctx, st);
 		goto done;
@@ -1597,7 +1486,7 @@ int fj_run_main(int argc, char **argv)
 			continue;
 		const fj_value *pv = &g->values[g->params[i]];
 		st = fj_rt_tensor_alloc(ctx, &in[i], pv->type.dtype, pv->type.rank,
-		                        fj_rt_program_value_dims(prog, g->params[i]));
+		                        fj_rt_exec_value_dims(prog, g->params[i]));
 		if (st != FJ_OK) {
 			free(bounds);
 			report(ctx, st);
@@ -1608,13 +1497,7 @@ int fj_run_main(int argc, char **argv)
 	}
 	free(bounds);
 
-	if (use_nv) {
-		st = fj_rt_nvptx_bind(nv, inp, origin, o.dims, o.ndims);
-		if (st == FJ_OK)
-			st = fj_rt_nvptx_run(nv, inp, out);
-	} else {
-		st = fj_rt_program_run(prog, inp, out);
-	}
+	st = fj_rt_exec_run(prog, inp, NULL, out, NULL);
 	if (st != FJ_OK) {
 		report(ctx, st);
 		goto done;
@@ -1676,7 +1559,7 @@ int fj_run_main(int argc, char **argv)
 
 	bench_result br = {0};
 	if (o.bench) {
-		st = use_nv ? bench_nv(nv, inp, &br) : bench(ctx, prog, inp, out, &br);
+		st = bench(prog, inp, out, &br);
 		if (st != FJ_OK) {
 			report(ctx, st);
 			goto done;
@@ -1684,16 +1567,11 @@ int fj_run_main(int argc, char **argv)
 	}
 	double compile_warm = -1;
 	if (o.bench || o.json) {
-		fj_rt_program *again = NULL;
-		fj_rt_nvprog *nv_again = NULL;
+		fj_rt_exec *again = NULL;
 		double w0 = now_ms();
-		if (use_nv)
-			st = nv_create(ctx, &exr, g, &nv_again);
-		else
-			st = fj_rt_program_create(ctx, g, ex, &again);
+		st = exec_create(ctx, &exr, g, &again);
 		compile_warm = now_ms() - w0;
-		fj_rt_program_destroy(again);
-		fj_rt_nvptx_destroy(nv_again);
+		fj_rt_exec_destroy(again);
 		if (st != FJ_OK) {
 			report(ctx, st);
 			goto done;
@@ -1776,12 +1654,13 @@ int fj_run_main(int argc, char **argv)
 		fputs("}\n", f);
 	} else {
 		FILE *f = stdout;
+		fj_rt_exec_info info = fj_rt_exec_info_of(prog);
 		if (use_nv)
-			fprintf(f, "@%s on nvptx (%s, %s; %u fused kernels), seed %llu\n", g->name, fj_rt_nvptx_device(nv),
-			        fj_rt_nvptx_target(nv), fj_rt_nvptx_kernels(nv), (unsigned long long)o.seed);
-		else if (ex == FJ_RT_EXEC_HOST)
-			fprintf(f, "@%s on host (%d threads; fused kernels), seed %llu\n",
-			        g->name, fj_rt_program_threads(prog), (unsigned long long)o.seed);
+			fprintf(f, "@%s on nvptx (%s, %s; %u fused kernels), seed %llu\n", g->name, info.device, info.target,
+			        info.kernels, (unsigned long long)o.seed);
+		else if (ex == &fj_rt_host_executor)
+			fprintf(f, "@%s on host (%d threads; fused kernels), seed %llu\n", g->name, info.threads,
+			        (unsigned long long)o.seed);
 		else
 			fprintf(f, "@%s on aten (reference, one thread), seed %llu\n", g->name, (unsigned long long)o.seed);
 		for (uint32_t i = 0; i < nparams; i++) {
@@ -1814,7 +1693,7 @@ int fj_run_main(int argc, char **argv)
 		}
 		if (o.bench || compile_warm >= 0)
 			fprintf(f, "compile: cold %.3f ms (%u kernels compiled), warm %.3f ms\n", compile_cold,
-			        use_nv ? fj_rt_nvptx_compiled(nv) : fj_rt_program_compiled(prog), compile_warm);
+			        fj_rt_exec_info_of(prog).compiled, compile_warm);
 		if (o.bench)
 			fprintf(f, "bench: median %.4f ms over %d runs, %zu bytes, %.3f GB/s; memcpy %.3f GB/s; "
 			           "memcpy_ratio %.3f\n",
@@ -1855,10 +1734,9 @@ done:
 	free(scale);
 	free(ptol);
 	phase_free(&r64);
-	fj_rt_program_destroy(prog);
+	fj_rt_exec_destroy(prog);
 	fj_rt_program_destroy(ref);
-	fj_rt_nvptx_destroy(nv);
-	fj_nvptx_emu_destroy(emu); /* after the programs: their kernels live in it */
+	fj_nvptx_device_close(&dev); /* after the programs: their kernels live in it */
 	fj_module_destroy(m);
 	fj_context_destroy(ctx);
 	for (size_t k = 0; o.inputs && k < o.ninputs; k++)

@@ -7,8 +7,8 @@
  *                          identical kernels compile once per context)
  *   fj_rt_program_bind     binds the symbols from the given inputs' shapes and
  *                          --dim values, checks every node's shapes with the
- *                          concrete sizes (re-running inference on a concrete
- *                          copy of each node) and plans the buffers
+ *                          concrete sizes (the shared binder, binder.h) and
+ *                          plans the buffers (the shared plan, binder.h)
  *   fj_rt_program_run      runs the kernels (any number of times)
  *
  * Executors: `aten` runs each node's kernel on one thread (unfused graphs
@@ -20,29 +20,24 @@
  * two different symbolic sizes against each other (which prims cannot
  * express) runs its per-node kernels.
  *
- * Buffer plan: one buffer per intermediate value, reused once the value is
- * dead (liveness over the node order, best fit by size). Graph inputs are the
- * caller's; graph outputs are the caller's tensors (fj_rt_program_run
+ * Buffer plan (binder.h): one buffer per intermediate value, reused once the
+ * value is dead (liveness over the node order, best fit by size). Graph
+ * inputs are the caller's; graph outputs are the caller's tensors (fj_rt_program_run
  * allocates them, or reuses them when already of the right type, so repeated
  * runs allocate nothing). A value returned twice, a returned parameter and a
  * returned literal each get their own output tensor. */
 #ifndef FJ_RT_PROGRAM_H
 #define FJ_RT_PROGRAM_H
 
-#include "runtime/tensor.h"
+#include "runtime/binder.h"
 
-typedef enum fj_rt_executor { FJ_RT_EXEC_ATEN, FJ_RT_EXEC_HOST } fj_rt_executor;
+/* The kind of program (the aten or the host executor, executor.h). */
+typedef enum fj_rt_program_kind { FJ_RT_EXEC_ATEN, FJ_RT_EXEC_HOST } fj_rt_program_kind;
 
 typedef struct fj_rt_program fj_rt_program;
 
-/* A --dim SYM=INT value. */
-typedef struct fj_rt_dimarg {
-	const char *name;
-	int64_t value;
-} fj_rt_dimarg;
-
 /* Compiles g for the executor. g must be verified and must outlive the program. */
-fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_executor ex, fj_rt_program **out);
+fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_program_kind ex, fj_rt_program **out);
 void fj_rt_program_destroy(fj_rt_program *p);
 /* Host executor: run on at most n threads (n > 0; at most the pool's); 0:
  * all of the pool's. No effect on other executors. */
@@ -65,6 +60,8 @@ fj_status fj_rt_program_bind(fj_rt_program *p, const fj_rt_tensor *const *inputs
 const int64_t *fj_rt_program_value_dims(const fj_rt_program *p, fj_vid v);
 /* After a successful bind: symbol s's size, or -1 when the graph does not use it. */
 int64_t fj_rt_program_symbol(const fj_rt_program *p, uint32_t s);
+/* The binding itself (the sizes of the graph given to create). */
+const fj_rt_binding *fj_rt_program_binding(const fj_rt_program *p);
 /* Bytes of intermediate buffers in the plan, and how many buffers (for tests). */
 size_t fj_rt_program_plan_bytes(const fj_rt_program *p, uint32_t *nbuffers);
 

@@ -1,22 +1,22 @@
 /* program_nvptx.c -- the nvptx executor (program_nvptx.h).
  *
- * Buffers: one device buffer per graph parameter and per region result (no
- * reuse within a run: GPUs have the memory, and the caching allocator
- * recycles them across binds). Each region's kernel reads its sizes from a
- * slice of one device array of i64 (uploaded at bind) and ORs its errors
- * into a slot of a status array (zeroed before a run, read back after it
- * only when a region can fail: indexing, amax/amin/argmax/argmin).
- * Launches go, in node order, on the driver's one stream. */
+ * Binding: the shared binder (binder.h) binds and checks the graph given to
+ * create, node by node; the fused copy's sizes are evaluated with the same
+ * symbols (the copy keeps the module's symbol table, ir/clone.c).
+ * Buffers: one device buffer per graph parameter and per value returned;
+ * the regions' other results follow the shared buffer plan (binder.h: reused
+ * once dead), one device buffer per plan buffer (the device's caching
+ * allocator recycles them across binds). Each region's kernel reads its
+ * sizes from a slice of one device array of i64 (uploaded at bind) and ORs
+ * its errors into a slot of a status array (zeroed before a run, read back
+ * after it only when a region can fail: indexing, amax/amin/argmax/argmin).
+ * Launches go, in node order, on the device's one stream. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "backend_nvptx/cuda.h"
-#include "backend_nvptx/nvptx_internal.h"
-#include "backend_nvptx/region_gpu.h"
+#include "backend_nvptx/device.h"
 #include "codegen/region.h"
-#include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/program_nvptx.h"
 
@@ -25,26 +25,29 @@ typedef struct nvkernel {
 	void *k;                 /* the device's prepared kernel */
 	fj_nvptx_plan plan;
 	uint64_t ws;             /* the plan's workspace (zeroed at bind), or 0 */
-	size_t dims_off;     /* in i64 elements, into the dims array */
+	size_t dims_off;         /* in i64 elements, into the dims array */
 	uint32_t *xsyms, nxsyms; /* extra symbols (codegen/region.h), after the sizes */
 } nvkernel;
 
 struct fj_rt_nvprog {
 	fj_context *ctx;
-	fj_rt_gpu_dev dev;
-	fj_cu *cu;               /* the CUDA device's driver, or NULL */
-	const fj_graph *orig;
-	fj_module *m;        /* the clone, fused */
+	fj_nvptx_device dev;
+	const fj_graph *orig;    /* bound and checked (bind) */
+	fj_module *m;            /* the copy, fused */
 	fj_graph *g;
 	char sm[16];
 	nvkernel *kern;
 	uint32_t nkern, compiled;
 	/* binding */
+	fj_rt_binding bind;      /* of orig */
+	fj_rt_plan plan;         /* of g */
 	bool bound;
-	int64_t *symval;     /* per module symbol, -1 unbound */
-	int64_t *vdims;      /* per value of g, FJ_MAX_RANK entries */
-	uint64_t *vbuf;      /* per value of g: device buffer, 0 none */
+	int64_t *vdims;          /* per value of g, FJ_MAX_RANK entries */
+	uint64_t *vbuf;          /* per value of g: device buffer, 0 none */
 	size_t *vbytes;
+	uint64_t *own;           /* per value of g: a buffer of its own (parameters, values returned), 0 */
+	uint64_t *pbuf;          /* per plan buffer */
+	uint32_t npbuf;
 	uint64_t dims, status;
 	bool may_fail;
 };
@@ -72,130 +75,39 @@ static bool fused(const fj_graph *g)
 	return true;
 }
 
-/* ---- the CUDA device ---- */
-
-static fj_status cu_alloc(void *ud, size_t n, uint64_t *p) { return fj_cu_alloc(ud, n, p); }
-static void cu_release(void *ud, uint64_t p) { fj_cu_release(ud, p); }
-static fj_status cu_htod(void *ud, uint64_t d, const void *s, size_t n) { return fj_cu_htod(ud, d, s, n); }
-static fj_status cu_dtoh(void *ud, void *d, uint64_t s, size_t n) { return fj_cu_dtoh(ud, d, s, n); }
-static fj_status cu_memset0(void *ud, uint64_t d, size_t n) { return fj_cu_memset0(ud, d, n); }
-static fj_status cu_sync(void *ud) { return fj_cu_sync(ud); }
-
-static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k);
-
-static fj_status cu_prepare(void *ud, const fj_graph *g, uint32_t node, void **kern, bool *hit)
-{
-	fj_cu *cu = ud;
-	fj_nvptx_kernel *k = NULL;
-	const char *env = getenv("FUSEJIT_NVPTX_TARGET");
-	const char *sm = env && *env ? env : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
-	fj_status st = fj_nvptx_compile_region(cu->ctx, g, node, sm, &k, hit);
-	if (st == FJ_OK)
-		st = load_module(cu, k);
-	*kern = k;
-	return st;
-}
-
-static fj_status cu_launch(void *ud, void *kern, int variant, unsigned grid, unsigned block, unsigned shared,
-                           const uint64_t *args, uint32_t nargs)
-{
-	fj_nvptx_kernel *k = kern;
-	void *params[nargs ? nargs : 1];
-	for (uint32_t j = 0; j < nargs; j++)
-		params[j] = (void *)&args[j];
-	return fj_cu_launch(ud, k->fn[variant], grid, block, shared, params);
-}
-
-static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
-{
-	fj_nvptx_state *s;
-	fj_status st = fj_nvptx_state_get(cu->ctx, &s);
-	if (st != FJ_OK)
-		return st;
-	pthread_mutex_lock(&s->lock);
-	if (!k->cumod) {
-		void *mod = NULL;
-		st = fj_cu_module_load(cu, k->ptx, &mod);
-		for (int v = 0; st == FJ_OK && v < k->nvariants; v++)
-			st = fj_cu_function(cu, mod, k->entry[v], &k->fn[v]);
-		if (st == FJ_OK)
-			k->cumod = mod;
-		else if (mod)
-			cu->api.cuModuleUnload(mod);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return st;
-}
-
 fj_status fj_rt_nvptx_create(fj_context *ctx, const fj_graph *g, fj_rt_nvprog **out)
 {
 	*out = NULL;
-	fj_cu *cu;
-	fj_status st = fj_cu_get(ctx, &cu);
+	fj_nvptx_device dev;
+	fj_status st = fj_nvptx_cuda_device(ctx, &dev);
+	return st == FJ_OK ? fj_rt_nvptx_create_on(ctx, g, &dev, out) : st;
+}
+
+/* A copy of g alone in a module of its own (ir/clone.c: the same symbols),
+ * fused by the `default` pipeline unless g is fused already; p->g: the
+ * copy. */
+static fj_status fuse_copy(fj_rt_nvprog *p, const fj_graph *g)
+{
+	fj_status st = fj_graph_clone(g, &p->m, &p->g);
 	if (st != FJ_OK)
 		return st;
-	const char *env = getenv("FUSEJIT_NVPTX_TARGET");
-	const char *sm = env && *env ? env : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
-	if (!sm)
-		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "nvptx: GPU %s (sm_%d%d) is not supported",
-		                       cu->name, cu->cc_major, cu->cc_minor);
-	if (env && *env && (st = fj_nvptx_check_sm(ctx, env)) != FJ_OK)
-		return st;
-	fj_rt_gpu_dev dev = {
-		.ud = cu, .name = cu->name, .target = sm, .alloc = cu_alloc, .release = cu_release, .htod = cu_htod,
-		.dtoh = cu_dtoh, .memset0 = cu_memset0, .sync = cu_sync, .prepare = cu_prepare, .launch = cu_launch,
-	};
-	st = fj_rt_nvptx_create_on(ctx, g, &dev, out);
-	if (st == FJ_OK)
-		(*out)->cu = cu;
+	if (!fused(p->g))
+		st = fj_run_pipeline(p->m, fj_named_pipeline("default"), NULL);
+	p->g = fj_module_find_graph(p->m, g->name);
+	if (st == FJ_OK && !p->g)
+		st = fj_error_status(p->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: graph @%s lost by the pipeline", g->name);
 	return st;
 }
 
-fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_rt_gpu_dev *dev, fj_rt_nvprog **out)
+/* Prepares every region of p->g on the device. */
+static fj_status prepare_kernels(fj_rt_nvprog *p)
 {
-	*out = NULL;
 	fj_status st = FJ_OK;
-	fj_rt_nvprog *p = calloc(1, sizeof *p);
-	if (!p)
-		return oom(ctx);
-	p->ctx = ctx;
-	p->dev = *dev;
-	p->orig = g;
-	snprintf(p->sm, sizeof p->sm, "%s", dev->target ? dev->target : "?");
-	/* clone the module (print -> parse is the identity), fuse it */
-	fj_buf text;
-	fj_buf_init(&text, ctx);
-	st = fj_print_module(&text, g->module);
-	if (st == FJ_OK && text.oom)
-		st = oom(ctx);
-	if (st == FJ_OK)
-		st = fj_parse_module(ctx, text.data, text.len, g->module->file ? g->module->file : "<graph>", &p->m);
-	fj_buf_free(&text);
-	if (st == FJ_OK) {
-		p->g = fj_module_find_graph(p->m, g->name);
-		if (!fused(p->g))
-			st = fj_run_pipeline(p->m, fj_named_pipeline("default"), NULL);
-		p->g = fj_module_find_graph(p->m, g->name);
-		if (st == FJ_OK && !p->g)
-			st = fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: graph @%s lost by the pipeline",
-			                     g->name);
-	}
-	if (st == FJ_OK) {
-		p->kern = calloc(p->g->nnodes ? p->g->nnodes : 1, sizeof *p->kern);
-		p->vdims = calloc((size_t)(p->g->nvalues ? p->g->nvalues : 1) * FJ_MAX_RANK, sizeof *p->vdims);
-		p->vbuf = calloc(p->g->nvalues ? p->g->nvalues : 1, sizeof *p->vbuf);
-		p->vbytes = calloc(p->g->nvalues ? p->g->nvalues : 1, sizeof *p->vbytes);
-		p->symval = calloc(fj_symbol_count(p->m) + 1, sizeof *p->symval);
-		if (!p->kern || !p->vdims || !p->vbuf || !p->vbytes || !p->symval)
-			st = oom(ctx);
-	}
 	for (uint32_t i = 0; st == FJ_OK && i < p->g->nnodes; i++) {
 		const fj_node *n = &p->g->nodes[i];
-		if (n->op != FJ_OP_FUSION_KERNEL) {
-			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc,
-			                     "%s: the nvptx executor runs fused regions only", fj_op_name(n->op));
-			break;
-		}
+		if (n->op != FJ_OP_FUSION_KERNEL)
+			return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, n->loc,
+			                       "%s: the nvptx executor runs fused regions only", fj_op_name(n->op));
 		nvkernel *nk = &p->kern[p->nkern++];
 		nk->node = i;
 		bool hit = false;
@@ -205,6 +117,40 @@ fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_rt_
 		if (st == FJ_OK)
 			st = list_extra_syms(p, nk);
 	}
+	return st;
+}
+
+static fj_status create_on(fj_rt_nvprog *p, const fj_graph *g)
+{
+	fj_status st = fj_rt_binding_init(&p->bind, p->ctx, g);
+	if (st == FJ_OK)
+		st = fuse_copy(p, g);
+	if (st == FJ_OK)
+		st = fj_rt_plan_init(&p->plan, p->ctx, p->g);
+	if (st != FJ_OK)
+		return st;
+	size_t nv = p->g->nvalues ? p->g->nvalues : 1;
+	p->kern = calloc(p->g->nnodes ? p->g->nnodes : 1, sizeof *p->kern);
+	p->vdims = calloc(nv * FJ_MAX_RANK, sizeof *p->vdims);
+	p->vbuf = calloc(nv, sizeof *p->vbuf);
+	p->vbytes = calloc(nv, sizeof *p->vbytes);
+	p->own = calloc(nv, sizeof *p->own);
+	if (!p->kern || !p->vdims || !p->vbuf || !p->vbytes || !p->own)
+		return oom(p->ctx);
+	return prepare_kernels(p);
+}
+
+fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_nvptx_device *dev, fj_rt_nvprog **out)
+{
+	*out = NULL;
+	fj_rt_nvprog *p = calloc(1, sizeof *p);
+	if (!p)
+		return oom(ctx);
+	p->ctx = ctx;
+	p->dev = *dev;
+	p->orig = g;
+	snprintf(p->sm, sizeof p->sm, "%s", dev->target ? dev->target : "?");
+	fj_status st = create_on(p, g);
 	if (st != FJ_OK) {
 		fj_rt_nvptx_destroy(p);
 		return st;
@@ -215,13 +161,19 @@ fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_rt_
 
 static void release_buffers(fj_rt_nvprog *p)
 {
-	if (!p->vbuf)
-		return;
-	for (uint32_t v = 0; v < p->g->nvalues; v++)
-		if (p->vbuf[v]) {
-			p->dev.release(p->dev.ud, p->vbuf[v]);
-			p->vbuf[v] = 0;
+	for (uint32_t v = 0; p->own && v < p->g->nvalues; v++)
+		if (p->own[v]) {
+			p->dev.release(p->dev.ud, p->own[v]);
+			p->own[v] = 0;
 		}
+	for (uint32_t b = 0; b < p->npbuf; b++)
+		if (p->pbuf[b])
+			p->dev.release(p->dev.ud, p->pbuf[b]);
+	free(p->pbuf);
+	p->pbuf = NULL;
+	p->npbuf = 0;
+	if (p->vbuf)
+		memset(p->vbuf, 0, (p->g->nvalues ? p->g->nvalues : 1) * sizeof *p->vbuf);
 	for (uint32_t q = 0; p->kern && q < p->nkern; q++)
 		if (p->kern[q].ws) {
 			p->dev.release(p->dev.ud, p->kern[q].ws);
@@ -238,14 +190,17 @@ void fj_rt_nvptx_destroy(fj_rt_nvprog *p)
 {
 	if (!p)
 		return;
-	release_buffers(p);
+	if (p->g)
+		release_buffers(p);
 	for (uint32_t q = 0; p->kern && q < p->nkern; q++)
 		free(p->kern[q].xsyms);
 	free(p->kern);
 	free(p->vdims);
 	free(p->vbuf);
 	free(p->vbytes);
-	free(p->symval);
+	free(p->own);
+	fj_rt_binding_free(&p->bind);
+	fj_rt_plan_free(&p->plan);
 	fj_module_destroy(p->m);
 	free(p);
 }
@@ -254,187 +209,98 @@ uint32_t fj_rt_nvptx_compiled(const fj_rt_nvprog *p) { return p->compiled; }
 uint32_t fj_rt_nvptx_kernels(const fj_rt_nvprog *p) { return p->nkern; }
 const char *fj_rt_nvptx_target(const fj_rt_nvprog *p) { return p->sm; }
 const char *fj_rt_nvptx_device(const fj_rt_nvprog *p) { return p->dev.name ? p->dev.name : "?"; }
+const fj_rt_binding *fj_rt_nvptx_binding(const fj_rt_nvprog *p) { return &p->bind; }
 
 /* ---- binding ---- */
 
 static int64_t dimval(void *ud, fj_dim d)
 {
 	fj_rt_nvprog *p = ud;
-	if (fj_dim_is_static(d))
-		return d;
-	const fj_symexpr *e = fj_dim_expr(p->m, d);
-	int64_t v = e->coef;
-	for (uint32_t k = 0; k < e->nsyms; k++)
-		v *= p->symval[e->syms[k]];
+	int64_t v = -1;
+	fj_rt_eval_dim(&p->bind, p->m, d, &v);
 	return v;
 }
 
-static bool dim_bound(fj_rt_nvprog *p, fj_dim d)
+/* Every value's shape and size in the fused copy, with the bound symbols. */
+static fj_status eval_values(fj_rt_nvprog *p)
 {
-	if (fj_dim_is_static(d))
-		return true;
-	const fj_symexpr *e = fj_dim_expr(p->m, d);
-	for (uint32_t k = 0; k < e->nsyms; k++)
-		if (p->symval[e->syms[k]] < 0)
-			return false;
-	return true;
-}
-
-/* FJ_OK when dim d is bound; else the error naming its first unbound symbol. */
-static fj_status need_bound(fj_context *ctx, fj_rt_nvprog *p, fj_dim d)
-{
-	if (dim_bound(p, d))
-		return FJ_OK;
-	const fj_symexpr *e = fj_dim_expr(p->m, d);
-	for (uint32_t k = 0; k < e->nsyms; k++)
-		if (p->symval[e->syms[k]] < 0) {
-			const char *nm = fj_symbol_name(p->m, e->syms[k]);
-			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-			                       "symbol %s is not bound: give an input that fixes it or --dim %s=SIZE", nm, nm);
-		}
-	return FJ_OK;
-}
-
-static fj_status bind_symbols(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
-                              const fj_rt_dimarg *dims, size_t ndims)
-{
-	fj_context *ctx = p->ctx;
-	uint32_t ns = fj_symbol_count(p->m);
-	for (uint32_t s = 0; s < ns; s++)
-		p->symval[s] = -1;
-	for (size_t k = 0; k < ndims; k++) {
-		uint32_t s = 0;
-		while (s < ns && strcmp(fj_symbol_name(p->m, s), dims[k].name) != 0)
-			s++;
-		if (s == ns)
-			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "--dim %s: graph @%s has no symbol %s",
-			                       dims[k].name, p->g->name, dims[k].name);
-		p->symval[s] = dims[k].value;
-	}
-	/* single symbols first, then products with one unknown, to a fixed point */
-	for (int pass = 0; pass < 3; pass++)
-		for (uint32_t i = 0; i < p->g->nparams; i++) {
-			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
-			if (!t)
-				continue;
-			const fj_type *ty = &p->g->values[p->g->params[i]].type;
-			const char *from = origin && origin[i] ? origin[i] : p->g->values[p->g->params[i]].name;
-			if (t->rank != ty->rank || t->dtype != ty->dtype)
-				return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-				                       "input %%%s (%s): expected %s of rank %d, got %s of rank %d",
-				                       p->g->values[p->g->params[i]].name, from, fj_dtype_name(ty->dtype), ty->rank,
-				                       fj_dtype_name(t->dtype), t->rank);
-			for (int d = 0; d < ty->rank; d++) {
-				fj_dim dd = ty->dims[d];
-				if (fj_dim_is_static(dd))
-					continue;
-				const fj_symexpr *e = fj_dim_expr(p->m, dd);
-				int unknown = -1, nunknown = 0;
-				int64_t known = e->coef;
-				for (uint32_t k = 0; k < e->nsyms; k++) {
-					if (p->symval[e->syms[k]] < 0) {
-						if (unknown != (int)e->syms[k])
-							nunknown++;
-						unknown = (int)e->syms[k];
-					} else {
-						known *= p->symval[e->syms[k]];
-					}
-				}
-				if (nunknown != 1)
-					continue;
-				int reps = 0;
-				for (uint32_t k = 0; k < e->nsyms; k++)
-					reps += (int)e->syms[k] == unknown;
-				if (reps != 1 || known == 0 || t->dims[d] % known != 0)
-					continue;
-				p->symval[unknown] = t->dims[d] / known;
-			}
-		}
-	for (uint32_t i = 0; i < p->g->nparams; i++) {
-		const fj_type *ty = &p->g->values[p->g->params[i]].type;
-		for (int d = 0; d < ty->rank; d++) {
-			fj_status st = need_bound(ctx, p, ty->dims[d]);
-			if (st != FJ_OK)
-				return st;
-			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
-			if (t && t->dims[d] != dimval(p, ty->dims[d])) {
-				char want[64];
-				fj_dim_format(p->m, ty->dims[d], want, sizeof want);
-				return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-				                       "input %%%s (%s): dim %d is %lld, but %s = %lld here",
-				                       p->g->values[p->g->params[i]].name,
-				                       origin && origin[i] ? origin[i] : "input", d, (long long)t->dims[d], want,
-				                       (long long)dimval(p, ty->dims[d]));
-			}
-		}
-	}
-	/* every symbol the module uses must be bound now */
-	for (uint32_t v = 0; v < p->g->nvalues; v++) {
-		const fj_type *ty = &p->g->values[v].type;
-		for (int d = 0; d < ty->rank; d++) {
-			fj_status st = need_bound(ctx, p, ty->dims[d]);
-			if (st != FJ_OK)
-				return st;
-		}
-	}
-	return FJ_OK;
-}
-
-fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
-                           const fj_rt_dimarg *dims, size_t ndims)
-{
-	fj_context *ctx = p->ctx;
-	p->bound = false;
-	release_buffers(p);
-	fj_status st = bind_symbols(p, inputs, origin, dims, ndims);
-	if (st != FJ_OK)
-		return st;
 	const fj_graph *g = p->g;
 	for (uint32_t v = 0; v < g->nvalues; v++) {
 		const fj_value *val = &g->values[v];
 		int64_t *vd = &p->vdims[(size_t)v * FJ_MAX_RANK];
-		for (int d = 0; d < val->type.rank; d++) {
-			vd[d] = dimval(p, val->type.dims[d]);
-			if (vd[d] < 0)
-				return fj_error_status(ctx, FJ_ERR_INVALID, val->loc, "a size of %%%s is negative at run time",
+		int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
+		for (int d = 0; d < rank; d++)
+			if (!fj_rt_eval_dim(&p->bind, p->m, val->type.dims[d], &vd[d]))
+				return fj_error_status(p->ctx, FJ_ERR_RUNTIME, val->loc,
+				                       "a size of %%%s is not bound, or overflows, at run time",
 				                       val->name ? val->name : "?");
-		}
-		size_t nb = 0;
-		if (val->kind != FJ_VK_LITERAL && !fj_rt_nbytes(val->type.dtype, vd, val->type.rank, &nb))
-			return fj_error_status(ctx, FJ_ERR_INVALID, val->loc, "%%%s is too big", val->name ? val->name : "?");
-		p->vbytes[v] = nb;
+		p->vbytes[v] = 0;
+		if (val->kind != FJ_VK_LITERAL && !fj_rt_nbytes(val->type.dtype, vd, rank, &p->vbytes[v]))
+			return fj_error_status(p->ctx, FJ_ERR_INVALID, val->loc, "%%%s is too big", val->name ? val->name : "?");
 	}
-	/* buffers: parameters and region results */
+	return FJ_OK;
+}
+
+/* Device buffers: the parameters' and the values returned of their own, the
+ * plan's for the others. */
+static fj_status alloc_buffers(fj_rt_nvprog *p)
+{
+	const fj_graph *g = p->g;
+	fj_status st = fj_rt_plan_make(&p->plan, g, p->vbytes);
+	if (st != FJ_OK)
+		return st;
+	p->pbuf = calloc(p->plan.nbufs + 1, sizeof *p->pbuf);
+	if (!p->pbuf)
+		return oom(p->ctx);
+	p->npbuf = p->plan.nbufs;
+	for (uint32_t b = 0; b < p->npbuf && st == FJ_OK; b++)
+		st = p->dev.alloc(p->dev.ud, p->plan.bufsize[b], &p->pbuf[b]);
 	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
-		st = p->dev.alloc(p->dev.ud, p->vbytes[g->params[i]], &p->vbuf[g->params[i]]);
-	size_t ndims_total = 0;
+		st = p->dev.alloc(p->dev.ud, p->vbytes[g->params[i]], &p->own[g->params[i]]);
+	for (uint32_t v = 0; v < g->nvalues && st == FJ_OK; v++)
+		if (g->values[v].kind == FJ_VK_RESULT && p->plan.out_pos[v] >= 0)
+			st = p->dev.alloc(p->dev.ud, p->vbytes[v], &p->own[v]);
+	for (uint32_t v = 0; v < g->nvalues && st == FJ_OK; v++)
+		p->vbuf[v] = p->own[v] ? p->own[v] : p->plan.vbuf[v] >= 0 ? p->pbuf[p->plan.vbuf[v]] : 0;
+	return st;
+}
+
+/* Each region's launch plan and workspace, and the sizes array's layout. */
+static fj_status plan_launches(fj_rt_nvprog *p, size_t *ndims_total)
+{
+	const fj_graph *g = p->g;
+	fj_status st = FJ_OK;
+	*ndims_total = 0;
 	p->may_fail = false;
 	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
 		nvkernel *nk = &p->kern[q];
 		const fj_node *n = &g->nodes[nk->node];
-		for (uint32_t j = 0; j < n->nres && st == FJ_OK; j++)
-			if (!p->vbuf[n->res[j]])
-				st = p->dev.alloc(p->dev.ud, p->vbytes[n->res[j]], &p->vbuf[n->res[j]]);
-		if (st == FJ_OK)
-			st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
+		st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
 		/* a split reduction's counters start at zero; its last blocks re-zero them */
 		if (st == FJ_OK && nk->plan.workspace)
 			st = p->dev.alloc(p->dev.ud, nk->plan.workspace, &nk->ws);
 		if (st == FJ_OK && nk->ws)
 			st = p->dev.memset0(p->dev.ud, nk->ws, nk->plan.workspace);
 		p->may_fail |= nk->plan.may_fail;
-		nk->dims_off = ndims_total;
+		nk->dims_off = *ndims_total;
 		for (uint32_t j = 0; j < n->nopnds; j++)
 			if (n->opnds[j] != FJ_NOVAL && g->values[n->opnds[j]].kind != FJ_VK_LITERAL)
-				ndims_total += g->values[n->opnds[j]].type.rank;
+				*ndims_total += g->values[n->opnds[j]].type.rank;
 		for (uint32_t j = 0; j < n->nres; j++)
-			ndims_total += g->values[n->res[j]].type.rank;
-		ndims_total += nk->nxsyms;
+			*ndims_total += g->values[n->res[j]].type.rank;
+		*ndims_total += nk->nxsyms;
 	}
+	return st;
+}
+
+/* Uploads the kernels' sizes (the dims array) and zeroes the status array. */
+static fj_status upload_sizes(fj_rt_nvprog *p, size_t ndims_total)
+{
+	const fj_graph *g = p->g;
 	int64_t *hd = calloc(ndims_total + 1, sizeof *hd);
-	if (st == FJ_OK && !hd)
-		st = oom(ctx);
-	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
+	if (!hd)
+		return oom(p->ctx);
+	for (uint32_t q = 0; q < p->nkern; q++) {
 		const fj_node *n = &g->nodes[p->kern[q].node];
 		size_t o = p->kern[q].dims_off;
 		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
@@ -445,10 +311,9 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 				hd[o++] = p->vdims[(size_t)v * FJ_MAX_RANK + d];
 		}
 		for (uint32_t x = 0; x < p->kern[q].nxsyms; x++)
-			hd[o++] = p->symval[p->kern[q].xsyms[x]];
+			hd[o++] = fj_rt_binding_symbol(&p->bind, p->kern[q].xsyms[x]);
 	}
-	if (st == FJ_OK)
-		st = p->dev.alloc(p->dev.ud, (ndims_total + 1) * sizeof *hd, &p->dims);
+	fj_status st = p->dev.alloc(p->dev.ud, (ndims_total + 1) * sizeof *hd, &p->dims);
 	if (st == FJ_OK)
 		st = p->dev.htod(p->dev.ud, p->dims, hd, ndims_total * sizeof *hd);
 	if (st == FJ_OK)
@@ -456,6 +321,24 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 	if (st == FJ_OK)
 		st = p->dev.memset0(p->dev.ud, p->status, (p->nkern + 1) * sizeof(int32_t));
 	free(hd);
+	return st;
+}
+
+fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const char *const *origin,
+                           const fj_rt_dimarg *dims, size_t ndims)
+{
+	p->bound = false;
+	release_buffers(p);
+	size_t ndims_total = 0;
+	fj_status st = fj_rt_binding_bind(&p->bind, inputs, origin, dims, ndims);
+	if (st == FJ_OK)
+		st = eval_values(p);
+	if (st == FJ_OK)
+		st = alloc_buffers(p);
+	if (st == FJ_OK)
+		st = plan_launches(p, &ndims_total);
+	if (st == FJ_OK)
+		st = upload_sizes(p, ndims_total);
 	if (st != FJ_OK) {
 		release_buffers(p);
 		return st;
@@ -466,7 +349,7 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
 
 const int64_t *fj_rt_nvptx_param_dims(const fj_rt_nvprog *p, uint32_t i)
 {
-	return &p->vdims[(size_t)p->g->params[i] * FJ_MAX_RANK];
+	return fj_rt_binding_dims(&p->bind, p->orig->params[i]);
 }
 
 /* ---- running ---- */
@@ -575,20 +458,20 @@ static double median(double *t, int n)
 /* One run of all kernels between events e0 and e1; *ms: its time. */
 static fj_status timed_launch(fj_rt_nvprog *p, void *e0, void *e1, float *ms)
 {
-	fj_status st = fj_cu_event_record(p->cu, e0);
+	fj_status st = p->dev.event_record(p->dev.ud, e0);
 	if (st == FJ_OK)
 		st = launch_all(p);
 	if (st == FJ_OK)
-		st = fj_cu_event_record(p->cu, e1);
+		st = p->dev.event_record(p->dev.ud, e1);
 	if (st == FJ_OK)
-		st = fj_cu_event_elapsed(p->cu, e0, e1, ms);
+		st = p->dev.event_elapsed(p->dev.ud, e0, e1, ms);
 	return st;
 }
 
 fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_nvptx_bench_result *br)
 {
 	memset(br, 0, sizeof *br);
-	if (!p->cu)
+	if (!p->dev.event_create)
 		return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0}, "--bench needs the CUDA device");
 	const fj_graph *g = p->g;
 	size_t bytes = 0;
@@ -600,9 +483,9 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 	void *e0 = NULL, *e1 = NULL;
 	fj_status st = upload(p, inputs);
 	if (st == FJ_OK)
-		st = fj_cu_event_create(p->cu, &e0);
+		st = p->dev.event_create(p->dev.ud, &e0);
 	if (st == FJ_OK)
-		st = fj_cu_event_create(p->cu, &e1);
+		st = p->dev.event_create(p->dev.ud, &e1);
 	/* warm-up, and an estimate of one run */
 	float ms = 0;
 	for (int w = 0; w < 3 && st == FJ_OK; w++)
@@ -633,13 +516,13 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 		if (st == FJ_OK)
 			st = p->dev.memset0(p->dev.ud, src, half);
 		for (int r = 0; r < reps + 3 && st == FJ_OK; r++) {
-			st = fj_cu_event_record(p->cu, e0);
+			st = p->dev.event_record(p->dev.ud, e0);
 			if (st == FJ_OK)
-				st = fj_cu_dtod(p->cu, dst, src, half);
+				st = fj_nvptx_device_copy(p->ctx, &p->dev, dst, src, half);
 			if (st == FJ_OK)
-				st = fj_cu_event_record(p->cu, e1);
+				st = p->dev.event_record(p->dev.ud, e1);
 			if (st == FJ_OK)
-				st = fj_cu_event_elapsed(p->cu, e0, e1, &ms);
+				st = p->dev.event_elapsed(p->dev.ud, e0, e1, &ms);
 			if (r >= 3)
 				times[r - 3] = ms;
 		}
@@ -650,33 +533,15 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 		p->dev.release(p->dev.ud, src);
 	if (dst)
 		p->dev.release(p->dev.ud, dst);
-	fj_cu_event_destroy(p->cu, e0);
-	fj_cu_event_destroy(p->cu, e1);
+	if (e0)
+		p->dev.event_destroy(p->dev.ud, e0);
+	if (e1)
+		p->dev.event_destroy(p->dev.ud, e1);
 	free(times);
 	return st;
 }
 
 /* ---- running on the caller's device memory (the public API's CUDA tensors) ---- */
-
-/* Copies n bytes between two device buffers: on the driver's stream when
- * there is one, else (the emulator, or any other device) staged through host
- * memory with the device's own copies. Rare: only a returned parameter, a
- * value returned twice or such needs it. */
-static fj_status dev_copy(fj_rt_nvprog *p, uint64_t dst, uint64_t src, size_t n)
-{
-	if (!n || dst == src)
-		return FJ_OK;
-	if (p->cu)
-		return fj_cu_dtod(p->cu, dst, src, n);
-	void *tmp = malloc(n);
-	if (!tmp)
-		return oom(p->ctx);
-	fj_status st = p->dev.dtoh(p->dev.ud, tmp, src, n);
-	if (st == FJ_OK)
-		st = p->dev.htod(p->dev.ud, dst, tmp, n);
-	free(tmp);
-	return st;
-}
 
 /* Writes a returned literal's one element to device address dst. */
 static fj_status store_literal_dev(fj_rt_nvprog *p, uint64_t dst, const fj_value *val)
@@ -698,7 +563,7 @@ static fj_status place_result(fj_rt_nvprog *p, uint32_t k, const fj_rt_tensor *c
 	if (out_dev) {
 		if (val->kind == FJ_VK_LITERAL)
 			return store_literal_dev(p, out_dev, val);
-		return dev_copy(p, out_dev, p->vbuf[v], p->vbytes[v]); /* nothing when written in place */
+		return fj_nvptx_device_copy(p->ctx, &p->dev, out_dev, p->vbuf[v], p->vbytes[v]); /* nothing when written in place */
 	}
 	fj_status st =
 		fj_rt_tensor_reshape(p->ctx, out, val->type.dtype, val->type.rank, &p->vdims[(size_t)v * FJ_MAX_RANK]);
@@ -763,40 +628,4 @@ fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs
 	memcpy(p->vbuf, saved, nv * sizeof *saved);
 	free(saved);
 	return st;
-}
-
-/* ---- runs from several threads (the public API) ---- */
-
-fj_status fj_rt_nvptx_enter(fj_rt_nvprog *p, bool *held)
-{
-	*held = false;
-	if (!p->cu)
-		return FJ_OK;
-	fj_cu *cu;
-	fj_status st = fj_cu_get(p->ctx, &cu); /* makes the primary context current on this thread */
-	fj_nvptx_state *s = NULL;
-	if (st == FJ_OK)
-		st = fj_nvptx_state_get(p->ctx, &s);
-	if (st == FJ_OK) {
-		pthread_mutex_lock(&s->lock);
-		*held = true;
-	}
-	return st;
-}
-
-void fj_rt_nvptx_leave(fj_context *ctx, bool held)
-{
-	fj_nvptx_state *s;
-	if (held && fj_nvptx_state_get(ctx, &s) == FJ_OK)
-		pthread_mutex_unlock(&s->lock);
-}
-
-fj_status fj_rt_nvptx_device_env(fj_context *ctx, bool *emulator)
-{
-	const char *env = getenv("FUSEJIT_NVPTX_DEVICE");
-	*emulator = env && strcmp(env, "emulator") == 0;
-	if (*emulator || !env || !*env || strcmp(env, "cuda") == 0)
-		return FJ_OK;
-	return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-	                       "FUSEJIT_NVPTX_DEVICE=%s: expected cuda (the default) or emulator", env);
 }

@@ -1,11 +1,11 @@
 /* nvptx_test.c -- fj-api-nvptx: the nvptx executor through the public API,
  * on a machine with or without a GPU.
  *
- *   1. no driver (FUSEJIT_LIBCUDA names a missing library): FJ_EXECUTOR_NVPTX
+ *   1. no driver (the option libcuda names a missing library): FJ_EXECUTOR_NVPTX
  *      fails with one sentence naming the executor and the driver; AUTO
  *      compiles for host; CUDA tensors given to a host program are refused,
- *      naming the tensor; a bad FUSEJIT_NVPTX_DEVICE is refused.
- *   2. the emulated device (FUSEJIT_NVPTX_DEVICE=emulator): an inference graph
+ *      naming the tensor; a bad nvptx_device option is refused.
+ *   2. the emulated device (the option nvptx_device=emulator): an inference graph
  *      run with host tensors (outputs allocated by fusejit, strided inputs)
  *      and with "CUDA" tensors (on the emulator device addresses are host
  *      addresses), including a returned parameter, a returned literal and a
@@ -147,9 +147,9 @@ static void release_all(fj_tensor *t, size_t n)
 
 static void test_no_driver(void)
 {
-	setenv("FUSEJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
-	unsetenv("FUSEJIT_NVPTX_DEVICE");
 	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "libcuda", "/nonexistent/libcuda.so.1"));
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "cuda"));
 	fj_program *p = NULL;
 	fj_status st = compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &p);
 	EXPECT(st == FJ_ERR_DRIVER && !p);
@@ -175,18 +175,16 @@ static void test_no_driver(void)
 	release_all(out, 5);
 	fj_program_destroy(p);
 	/* the emulator is not a GPU: auto stays host */
-	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
 	p = NULL;
 	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_AUTO, 0, &p));
 	EXPECT(p && fj_program_executor(p) == FJ_EXECUTOR_HOST);
 	fj_program_destroy(p);
-	setenv("FUSEJIT_NVPTX_DEVICE", "gpu9", 1);
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "gpu9"));
 	p = NULL;
 	st = compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &p);
 	EXPECT(st == FJ_ERR_INVALID && !p && strstr(fj_context_error(ctx), "FUSEJIT_NVPTX_DEVICE=gpu9"));
-	unsetenv("FUSEJIT_NVPTX_DEVICE");
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_LIBCUDA");
 }
 
 /* ---- 2. inference on the emulated device ---- */
@@ -195,8 +193,8 @@ enum { N = 5 };
 
 static void test_emulated_inference(void)
 {
-	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
 	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
 	fj_program *nv = NULL, *host = NULL;
 	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &nv));
 	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_HOST, 0, &host));
@@ -295,7 +293,6 @@ done:
 	fj_program_destroy(nv);
 	fj_program_destroy(host);
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_NVPTX_DEVICE");
 }
 
 /* ---- 3. training on the emulated device ---- */
@@ -345,8 +342,8 @@ static void train_run(fj_context *ctx, fj_program *p, int cuda, fj_tensor *outs,
 
 static void test_emulated_training(void)
 {
-	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
 	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
 	fj_program *nv = NULL, *host = NULL;
 	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_NVPTX, 1, &nv));
 	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_HOST, 1, &host));
@@ -386,7 +383,6 @@ done:
 	fj_program_destroy(nv);
 	fj_program_destroy(host);
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_NVPTX_DEVICE");
 }
 
 /* ---- 4. several threads ---- */
@@ -434,8 +430,8 @@ static void *job_run(void *arg)
 
 static void test_emulated_threads(void)
 {
-	setenv("FUSEJIT_NVPTX_DEVICE", "emulator", 1);
 	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
 	fj_program *nv = NULL;
 	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &nv));
 	enum { NT = 4 };
@@ -453,7 +449,6 @@ static void test_emulated_threads(void)
 	}
 	fj_program_destroy(nv);
 	fj_context_destroy(ctx);
-	unsetenv("FUSEJIT_NVPTX_DEVICE");
 }
 
 int main(void)

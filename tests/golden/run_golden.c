@@ -171,7 +171,7 @@ static bool has_file_prefix(const char *dir, const char *name, const char *prefi
  * out_<i>.npy and grad_<param>.npy (as fusejit-run --train drives them). */
 /* Creates graph g's program (adding its compiled kernels to *compiled), binds
  * it to the inputs' shapes and runs it once. */
-static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_executor ex, const fj_rt_tensor *const *in,
+static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_program_kind ex, const fj_rt_tensor *const *in,
                              fj_rt_tensor *out, fj_rt_program **p, uint32_t *compiled)
 {
 	fj_status st = fj_rt_program_create(ctx, g, ex, p);
@@ -184,7 +184,7 @@ static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_executor ex, co
 	return st;
 }
 
-static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj_rt_executor ex, char *msg,
+static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj_rt_program_kind ex, char *msg,
                           size_t msize, uint32_t *compiled)
 {
 	char path[4096];
@@ -359,7 +359,7 @@ static fj_status transform(fj_context *ctx, fj_module **m)
 	return FJ_OK;
 }
 
-static int run_case(fj_context *ctx, const char *dir, const char *name, fj_rt_executor ex, const char *exname,
+static int run_case(fj_context *ctx, const char *dir, const char *name, fj_rt_program_kind ex, const char *exname,
                     char *msg, size_t msize, uint32_t *compiled)
 {
 	char path[4096];
@@ -486,7 +486,7 @@ done:
 }
 
 /* Runs cases from the shared counter until none is left (worker w; -1: this process). */
-static void run_worker(shared_state *sh, char **names, size_t n, const char *dir, fj_rt_executor ex,
+static void run_worker(shared_state *sh, char **names, size_t n, const char *dir, fj_rt_program_kind ex,
                        const char *exname, int w)
 {
 	fj_context *ctx = NULL;
@@ -539,7 +539,7 @@ int main(int argc, char **argv)
 		else
 			filter[nfilter++] = argv[i];
 	}
-	fj_rt_executor ex;
+	fj_rt_program_kind ex;
 	if (strcmp(exname, "aten") == 0)
 		ex = FJ_RT_EXEC_ATEN;
 	else if (strcmp(exname, "host") == 0)

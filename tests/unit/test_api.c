@@ -194,10 +194,10 @@ START_TEST(test_compile_errors)
 	ck_assert(strstr(fj_context_error(ctx), "empty") != NULL);
 	fj_compile_options_init(&o);
 	o.executor = FJ_EXECUTOR_NVPTX; /* without a CUDA driver (forced: the same with a GPU) */
-	setenv("FUSEJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+	ck_assert_int_eq(fj_context_set_option(ctx, "libcuda", "/nonexistent/libcuda.so.1"), FJ_OK);
 	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_DRIVER);
 	ck_assert(strstr(fj_context_error(ctx), "nvptx executor needs a CUDA driver") != NULL);
-	unsetenv("FUSEJIT_LIBCUDA");
+	ck_assert_int_eq(fj_context_set_option(ctx, "libcuda", NULL), FJ_OK);
 	o.executor = (fj_executor)42;
 	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
 	fj_compile_options_init(&o);

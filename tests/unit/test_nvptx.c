@@ -19,6 +19,7 @@
 #include "backend_nvptx/cuda.h"
 #include "backend_nvptx/emu.h"
 #include "runtime/npy.h"
+#include "runtime/program.h"
 #include "runtime/program_nvptx.h"
 #include "backend_nvptx/nvptx.h"
 #include "backend_nvptx/region_gpu.h"
@@ -614,7 +615,7 @@ START_TEST(test_emulated_split)
 	fj_graph *g = fj_module_find_graph(m, "main");
 	fj_nvptx_emu *emu = NULL;
 	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
 	fj_rt_nvprog *p = NULL;
 	ck_assert_int_eq(fj_rt_nvptx_create_on(ctx, g, &dev, &p), FJ_OK);
 	fj_rt_tensor x = {0}, out = {0};
@@ -676,7 +677,7 @@ static char *emu_case(fj_nvptx_emu *emu, fj_context *ctx, const char *dir)
 			inp[i] = &in[i];
 		}
 	}
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
 	if (st == FJ_OK)
 		st = fj_rt_nvptx_create_on(ctx, g, &dev, &p);
 	if (st == FJ_OK)
@@ -908,7 +909,7 @@ static void xsym_case(fj_nvptx_emu *emu, fj_context *ctx, const fj_graph *g, con
 	ck_assert_uint_le(g->nparams, MAXIN);
 	ck_assert_uint_le(g->nresults, MAXOUT);
 	xsym_inputs(ctx, g, in, inp);
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
 	fj_rt_nvprog *p = NULL;
 	fj_status st = fj_rt_nvptx_create_on(ctx, g, &dev, &p);
 	if (st == FJ_OK)
@@ -1107,7 +1108,7 @@ static void io_case(fj_nvptx_emu *emu, fj_context *ctx, const char *src, const c
 	xsym_inputs(ctx, gb, tan, tanp); /* the tangents (and unused fillers for the saved values) */
 	for (uint32_t i = 0; i < gb->nparams; i++)
 		bin[i] = i < nsaved ? &fout[nfwd + i] : tanp[i];
-	fj_rt_gpu_dev dev = fj_nvptx_emu_device(emu);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
 	fj_rt_nvprog *p = NULL;
 	fj_status st = fj_rt_nvptx_create_on(ctx, gb, &dev, &p);
 	if (st == FJ_OK)
