@@ -1,7 +1,8 @@
 /* test_runtime.c -- runtime/: .npy I/O (round trips, every corrupt file),
  * half-precision conversions, the relative L2 error, the thread pool, the
- * binding of symbolic sizes, the buffer plan, and --check=f64's measure
- * (wrong results fail it, rounding does not). */
+ * binding of symbolic sizes, the buffer plan, the executor interface (aten,
+ * host and nvptx on the emulator bind and run alike), and --check=f64's
+ * measure (wrong results fail it, rounding does not). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 #include "backend_host/host.h"
 #include "frontend/frontend.h"
 #include "passes/reference.h"
+#include "backend_nvptx/emu.h"
+#include "runtime/executor.h"
 #include "runtime/npy.h"
 #include "runtime/program.h"
 #include "test.h"
@@ -409,6 +412,66 @@ START_TEST(test_bind)
 }
 END_TEST
 
+/* The three executors through executor.h on one graph: the same results,
+ * and, from the one binder, the same error for the same bad input. */
+START_TEST(test_executors)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: f32[N,4], %y: f32[N]) {\n"
+	                          "  %a = aten.exp(%x)\n"
+	                          "  %s = aten.sum(%a) {dims=[1]}\n"
+	                          "  %r = aten.add(%s, %y)\n"
+	                          "  return %r, %a\n"
+	                          "}\n");
+	fj_graph *g = m->graphs[0];
+	ck_assert_ptr_eq(fj_rt_executor_named("host"), &fj_rt_host_executor);
+	ck_assert_ptr_null(fj_rt_executor_named("gpu"));
+	ck_assert(fj_rt_aten_executor.supports(ctx, g) && fj_rt_host_executor.supports(ctx, g));
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
+	const fj_rt_executor *exs[3] = {&fj_rt_aten_executor, &fj_rt_host_executor, &fj_rt_nvptx_executor};
+	fj_rt_tensor x, y, y2, out[3][2];
+	memset(out, 0, sizeof out);
+	make_input(ctx, &x, FJ_DT_F32, 2, 3, 4);
+	make_input(ctx, &y, FJ_DT_F32, 1, 3, 0);
+	make_input(ctx, &y2, FJ_DT_F32, 1, 5, 0);
+	const fj_rt_tensor *in[2] = {&x, &y}, *bad[2] = {&x, &y2};
+	char err[3][600];
+	for (int e = 0; e < 3; e++) {
+		fj_rt_exec_options o = {.threads = 2, .device = &dev};
+		fj_rt_exec *ex = NULL;
+		ck_assert_msg(fj_rt_exec_create(exs[e], ctx, g, &o, &ex) == FJ_OK, "%s", fj_context_error(ctx));
+		ck_assert_int_eq(fj_rt_exec_bind(ex, bad, NULL, NULL, 0), FJ_ERR_RUNTIME);
+		snprintf(err[e], sizeof err[e], "%s", fj_context_error(ctx));
+		ck_assert_msg(fj_rt_exec_bind(ex, in, NULL, NULL, 0) == FJ_OK, "%s", fj_context_error(ctx));
+		ck_assert_int_eq(fj_rt_exec_symbol(ex, 0), 3);
+		ck_assert_int_eq(fj_rt_exec_value_dims(ex, g->results[1])[1], 4);
+		ck_assert_msg(fj_rt_exec_run(ex, in, NULL, out[e], NULL) == FJ_OK, "%s", fj_context_error(ctx));
+		fj_rt_exec_info info = fj_rt_exec_info_of(ex);
+		ck_assert_int_eq(info.kernels > 0, exs[e] == &fj_rt_nvptx_executor);
+		fj_rt_exec_destroy(ex);
+	}
+	for (int e = 1; e < 3; e++) {
+		ck_assert_str_eq(err[e], err[0]);
+		for (int k = 0; k < 2; k++) {
+			bool placed;
+			ck_assert(fj_rt_rel_l2(&out[e][k], &out[0][k], &placed) < 1e-6 && placed);
+		}
+	}
+	ck_assert(strstr(err[0], "symbol N"));
+	for (int e = 0; e < 3; e++)
+		for (int k = 0; k < 2; k++)
+			fj_rt_tensor_free(&out[e][k]);
+	fj_rt_tensor_free(&x);
+	fj_rt_tensor_free(&y);
+	fj_rt_tensor_free(&y2);
+	fj_nvptx_emu_destroy(emu);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_broadcast_symbols)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -666,6 +729,7 @@ Suite *suite_runtime(void)
 	tcase_add_test(tc, test_broadcast_symbols);
 	tcase_add_test(tc, test_buffer_reuse);
 	tcase_add_test(tc, test_literal_and_param_outputs);
+	tcase_add_test(tc, test_executors);
 	suite_add_tcase(s, tc);
 	return s;
 }
