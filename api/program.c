@@ -108,15 +108,6 @@ static const char *default_pipeline(fj_executor ex, bool training)
 	return training ? "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition" : "verify";
 }
 
-static bool valid_target(const char *t)
-{
-	static const char *const ok[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
-	for (size_t i = 0; i < FJ_ARRAY_LEN(ok); i++)
-		if (strcmp(t, ok[i]) == 0)
-			return true;
-	return false;
-}
-
 /* ---- the nvptx device ---- */
 
 /* The device is shared by the runs of every thread (backend_nvptx/device.h):
@@ -135,8 +126,8 @@ static void leave_device(fj_program *p, bool held)
 		p->dev.leave(p->dev.ud);
 }
 
-/* The kernels are compiled for the GPU's own architecture (or
- * FUSEJIT_NVPTX_TARGET's): a target option naming another one is refused
+/* The kernels are compiled for the GPU's own architecture (or the context's
+ * nvptx_target option's): a target option naming another one is refused
  * rather than ignored. The emulator has no architecture: any target goes. */
 static fj_status check_nvptx_target(fj_program *p, const char *target)
 {
@@ -145,7 +136,7 @@ static fj_status check_nvptx_target(fj_program *p, const char *target)
 		return FJ_OK;
 	return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
 	                       "target %s: the nvptx executor compiles for the GPU's architecture, %s, here (leave "
-	                       "target NULL, or set FUSEJIT_NVPTX_TARGET)",
+	                       "target NULL, or set the context's nvptx_target option)",
 	                       target, sm);
 }
 
@@ -311,7 +302,7 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 		if (dst != FJ_OK)
 			return dst;
 	}
-	if (opts.target && !valid_target(opts.target)) {
+	if (opts.target && !fj_nvptx_sm_supported(opts.target)) { /* backend_nvptx/nvptx_api.h's whitelist */
 		fj_nvptx_device_close(&dev);
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
 		                       "unknown target '%s' (expected sm_80, sm_86, sm_89, sm_90 or sm_90a)", opts.target);
