@@ -27,9 +27,13 @@
  * CUDA driver's primary context, or the host emulator with the context's
  * option nvptx_device=emulator), entered around each bind and run. CUDA
  * tensors (device pointers) are used in place: inputs are not uploaded and
- * outputs are written by the kernels directly (fj_rt_nvptx_run_dev); they
- * must be dense (strided ones are refused: no copy kernel yet). Host tensors
- * are uploaded and downloaded. Outputs fusejit allocates are host memory,
+ * outputs are written by the kernels directly (fj_rt_nvptx_run_dev) when
+ * they are dense; strided or misaligned ones are staged through the host
+ * (their span downloaded, gathered or scattered, uploaded). Host tensors
+ * are uploaded and downloaded.
+ *
+ * Run options (fj_run_options: dims, origins) reach the binds; the accessors
+ * at the end (api/api.h) lend an instance to api/query.c and api/bench.c. Outputs fusejit allocates are host memory,
  * and so are a training program's saved values (the backward uploads them). */
 #include <pthread.h>
 #include <stdio.h>
@@ -77,6 +81,8 @@ struct fj_program {
 	uint32_t nsaved;
 	fj_value_info *info[NROLES];
 	size_t ninfo[NROLES];
+	fj_dim *index_dims;   /* per parameter of the graph as written: the dim it indexes (api/query.c) */
+	uint32_t nindex_dims;
 };
 
 struct fj_saved {
@@ -84,6 +90,8 @@ struct fj_saved {
 	uint32_t n;
 	fj_rt_tensor *t;
 	const char **names;
+	int64_t *syms;   /* per symbol of p->m: the size the forward bound, or -1 */
+	uint32_t nsyms;
 };
 
 static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
@@ -238,6 +246,8 @@ void fj_program_destroy(fj_program *p)
 	for (int r = 0; r < NROLES; r++)
 		if (p->info[r])
 			fj_free(ctx, p->info[r], (p->ninfo[r] ? p->ninfo[r] : 1) * sizeof(fj_value_info));
+	if (p->index_dims)
+		fj_free(ctx, p->index_dims, (p->nindex_dims ? p->nindex_dims : 1) * sizeof *p->index_dims);
 	fj_module_destroy(p->m);
 	fj_nvptx_device_close(&p->dev); /* after the instances: their kernels live in it */
 	pthread_mutex_destroy(&p->lock);
@@ -277,11 +287,9 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 		return fj_api_arg_error(ctx, "fj_compile", "the module belongs to another context");
 	fj_compile_options opts;
 	fj_compile_options_init(&opts);
-	if (o) {
-		if (o->struct_size < offsetof(fj_compile_options, training) + sizeof(int))
-			return fj_api_arg_error(ctx, "fj_compile", "options not initialised (fj_compile_options_init)");
-		memcpy(&opts, o, o->struct_size < sizeof opts ? o->struct_size : sizeof opts);
-	}
+	if (o && (o->struct_size < offsetof(fj_compile_options, training) + sizeof(int) || /* older: no threads */
+	          !fj_api_copy_in(&opts, sizeof opts, o, o->struct_size)))
+		return fj_api_arg_error(ctx, "fj_compile", "options not initialised (fj_compile_options_init)");
 	if (opts.threads < 0)
 		return fj_api_arg_error(ctx, "fj_compile", "threads must be 0 (all cores) or positive");
 	const fj_rt_executor *rex;
@@ -341,6 +349,8 @@ fj_status fj_compile(fj_context *ctx, const fj_module *m, const fj_compile_optio
 	pthread_mutex_init(&p->lock, NULL);
 	fj_graph *copy = NULL;
 	fj_status st = fj_graph_clone(g0, &p->m, &copy);
+	if (st == FJ_OK) /* index bounds of the graph as written (api/query.c) */
+		st = fj_api_index_dims(ctx, copy, &p->index_dims, &p->nindex_dims);
 	if (st != FJ_OK) {
 		fj_program_destroy(p);
 		return st;
@@ -486,8 +496,8 @@ static char empty_byte[FJ_RT_ALIGN] __attribute__((aligned(FJ_RT_ALIGN)));
 static const char *const role_word[NROLES] = {"input", "output", "saved value", "tangent", "gradient"};
 
 /* Where a tensor may live: host memory always; CUDA device memory for an
- * nvptx program only, dense (no copy kernel makes strided device tensors
- * contiguous yet) and on device 0 (the driver's primary context). */
+ * nvptx program only, on device 0 (the driver's primary context); strided
+ * or misaligned CUDA tensors are staged (stage_in, stage_out). */
 static fj_status check_device(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i)
 {
 	fj_context *ctx = p->ctx;
@@ -506,12 +516,89 @@ static fj_status check_device(const fj_program *p, const fj_tensor *t, fj_value_
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
 		                       "%s %zu (%%%s) is on CUDA device %d: the nvptx executor runs on device 0 only", what,
 		                       i, name, (int)t->device_index);
-	if (t->data && !is_dense(t))
-		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
-		                       "%s %zu (%%%s): a strided or misaligned CUDA tensor; the nvptx executor takes "
-		                       "dense row-major device memory only (make it contiguous first)",
-		                       what, i, name);
 	return FJ_OK;
+}
+
+/* ---- strided CUDA tensors: staged through the host ---- */
+
+/* The elements a strided tensor spans: from offset *lo (<= 0) to *lo + *n. */
+static void span_of(const fj_tensor *t, int64_t *lo, int64_t *n)
+{
+	int64_t a = 0, b = 0;
+	for (int k = 0; k < t->rank; k++) {
+		int64_t st = t->strides ? t->strides[k] : 0, e = st * (t->sizes[k] - 1);
+		a += e < 0 ? e : 0;
+		b += e > 0 ? e : 0;
+	}
+	*lo = a;
+	*n = b - a + 1;
+}
+
+/* Copies n bytes between host memory and device address dev (the device's
+ * synchronous copies, after fusejit's stream). */
+static fj_status dev_copy(const fj_program *p, void *host, uint64_t dev, size_t n, bool to_host)
+{
+	const fj_nvptx_device *d = &p->dev;
+	return to_host ? d->dtoh(d->ud, host, dev, n) : d->htod(d->ud, dev, host, n);
+}
+
+/* A strided or misaligned CUDA tensor's span downloaded into a new host
+ * buffer (*span, free with fj_rt_aligned_free); *view: t over it. */
+static fj_status span_download(const fj_program *p, const fj_tensor *t, void **span, fj_tensor *view)
+{
+	size_t es = fj_scalar_type_size(t->dtype);
+	int64_t lo, n;
+	span_of(t, &lo, &n);
+	if (!(*span = fj_rt_aligned_alloc((size_t)n * es)))
+		return oom(p->ctx);
+	uint64_t base = (uint64_t)(uintptr_t)t->data + (uint64_t)(lo * (int64_t)es);
+	fj_status st = dev_copy(p, *span, base, (size_t)n * es, true);
+	*view = *t;
+	view->data = (char *)*span - lo * (int64_t)es;
+	view->device = FJ_DEVICE_HOST;
+	if (st != FJ_OK) {
+		fj_rt_aligned_free(*span);
+		*span = NULL;
+	}
+	return st;
+}
+
+/* Input: a dense host copy d (n elements) of a strided CUDA tensor. */
+static fj_status stage_in(const fj_program *p, const fj_tensor *t, void *d, int64_t n)
+{
+	void *span;
+	fj_tensor v;
+	fj_status st = span_download(p, t, &span, &v);
+	if (st != FJ_OK)
+		return st;
+	size_t es = fj_scalar_type_size(t->dtype);
+	if (t->strides)
+		strided_copy(&v, d, es, n, true);
+	else
+		memcpy(d, v.data, (size_t)n * es);
+	fj_rt_aligned_free(span);
+	return FJ_OK;
+}
+
+/* Output: the dense result d (n elements) into a strided CUDA tensor: its
+ * span downloaded, scattered into and uploaded (the gaps keep their bytes). */
+static fj_status stage_out(const fj_program *p, const fj_tensor *u, void *d, int64_t n)
+{
+	void *span;
+	fj_tensor v;
+	fj_status st = span_download(p, u, &span, &v);
+	if (st != FJ_OK)
+		return st;
+	size_t es = fj_scalar_type_size(u->dtype);
+	int64_t lo, ns;
+	span_of(u, &lo, &ns);
+	if (u->strides)
+		strided_copy(&v, d, es, n, false);
+	else
+		memcpy(v.data, d, (size_t)n * es);
+	st = dev_copy(p, span, (uint64_t)(uintptr_t)u->data + (uint64_t)(lo * (int64_t)es), (size_t)ns * es, false);
+	fj_rt_aligned_free(span);
+	return st;
 }
 
 static fj_status check_desc(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i, bool output)
@@ -562,9 +649,18 @@ static fj_status input_tensor(const fj_program *p, const fj_tensor *t, size_t i,
 	rt->nbytes = rt->cap = (size_t)n * es;
 	if (n == 0) {
 		rt->data = empty_byte;
-	} else if (t->device == FJ_DEVICE_CUDA) { /* dense: check_device */
+	} else if (t->device == FJ_DEVICE_CUDA && is_dense(t)) { /* used in place */
 		rt->data = t->data;
 		*dev = (uint64_t)(uintptr_t)t->data;
+	} else if (t->device == FJ_DEVICE_CUDA) { /* staged: a dense host copy, uploaded by the run */
+		void *d = fj_rt_aligned_alloc(rt->nbytes);
+		fj_status sst = d ? stage_in(p, t, d, n) : oom(ctx);
+		if (sst != FJ_OK) {
+			fj_rt_aligned_free(d);
+			return sst;
+		}
+		rt->data = d;
+		*tmp = d;
 	} else if (is_dense(t)) {
 		rt->data = t->data;
 	} else {
@@ -617,16 +713,17 @@ static void release(fj_program *p, part *pt, inst *i)
 	pthread_mutex_unlock(&p->lock);
 }
 
-static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
+static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in, const char *const *origin,
+                      const fj_rt_dimarg *dims, size_t ndims)
 {
-	bool same = i->bound;
+	bool same = i->bound && !ndims; /* --dim: bind again (origins only name inputs in errors) */
 	for (uint32_t k = 0; same && k < g->nparams; k++)
 		same = i->bdims[(size_t)k * BSTRIDE + FJ_MAX_RANK] == (int64_t)in[k]->dtype * 64 + in[k]->rank &&
 		       memcmp(i->bdims + (size_t)k * BSTRIDE, in[k]->dims, (size_t)in[k]->rank * sizeof(int64_t)) == 0;
 	if (same)
 		return FJ_OK;
 	i->bound = false;
-	fj_status st = fj_rt_exec_bind(i->rt, in, NULL, NULL, 0);
+	fj_status st = fj_rt_exec_bind(i->rt, in, origin, dims, ndims);
 	if (st != FJ_OK)
 		return st;
 	for (uint32_t k = 0; k < g->nparams; k++) {
@@ -638,9 +735,12 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in)
 }
 
 /* Runs graph pt on in[0..nparams) into slots[0..nresults). in_dev[k] != 0:
- * input k is a CUDA tensor at that address (nvptx only). */
+ * input k is a CUDA tensor at that address (nvptx only). origin and dims:
+ * the run options' (fj_rt_program_bind). syms (may be NULL): the sizes the
+ * run bound, per symbol of p->m (-1: unused). */
 static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, const uint64_t *in_dev,
-                           out_slot *slots)
+                           out_slot *slots, const char *const *origin, const fj_rt_dimarg *dims, size_t ndims,
+                           int64_t *syms)
 {
 	fj_context *ctx = p->ctx;
 	const fj_graph *g = pt->g;
@@ -653,7 +753,7 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		release(p, pt, i);
 		return st;
 	}
-	st = bind(i, g, in);
+	st = bind(i, g, in, origin, dims, ndims);
 	size_t nr = g->nresults ? g->nresults : 1;
 	fj_rt_tensor *outs = fj_alloc(ctx, nr * sizeof *outs);
 	uint64_t *out_dev = fj_alloc(ctx, nr * sizeof *out_dev); /* CUDA outputs' addresses, 0: host */
@@ -696,7 +796,7 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 			                     fj_dtype_name(val->type.dtype), exp);
 			break;
 		}
-		if (u->data && u->device == FJ_DEVICE_CUDA) { /* written on the device, in place */
+		if (u->data && u->device == FJ_DEVICE_CUDA && is_dense(u)) { /* written on the device, in place */
 			out_dev[k] = (uint64_t)(uintptr_t)u->data;
 			continue;
 		}
@@ -715,6 +815,8 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 	}
 	if (st == FJ_OK)
 		st = fj_rt_exec_run(i->rt, in, in_dev, outs, out_dev);
+	for (uint32_t k = 0; st == FJ_OK && syms && k < fj_symbol_count(p->m); k++)
+		syms[k] = fj_rt_exec_symbol(i->rt, k);
 	leave_device(p, held);
 	release(p, pt, i);
 	/* hand the results over */
@@ -728,7 +830,9 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		bool fresh = outs[k].data && outs[k].data != u->data && outs[k].data != (void *)empty_byte;
 		if (st == FJ_OK && s->scatter) {
 			int64_t n = fj_rt_tensor_numel(&outs[k]);
-			if (u->strides)
+			if (u->device == FJ_DEVICE_CUDA) /* strided CUDA output: staged */
+				st = stage_out(p, u, outs[k].data, n);
+			else if (u->strides)
 				strided_copy(u, outs[k].data, (size_t)fj_dtype_size(outs[k].dtype), n, false);
 			else
 				memcpy(u->data, outs[k].data, outs[k].nbytes);
@@ -761,6 +865,9 @@ typedef struct run_scratch {
 	void **tmp;
 	uint64_t *dev;
 	out_slot *slots;
+	const char **origin;   /* per parameter: the run options' origins, or NULL */
+	fj_rt_dimarg *dims;    /* the run options' dims (the backward: then the forward's sizes) */
+	size_t ndims, dims_cap;
 } run_scratch;
 
 static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *r)
@@ -772,7 +879,12 @@ static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *
 	r->tmp = fj_alloc(ctx, r->np * sizeof *r->tmp);
 	r->dev = fj_alloc(ctx, r->np * sizeof *r->dev);
 	r->slots = fj_alloc(ctx, r->nr * sizeof *r->slots);
-	fj_status st = r->rin && r->pin && r->tmp && r->dev && r->slots ? FJ_OK : oom(ctx);
+	r->origin = fj_alloc(ctx, r->np * sizeof *r->origin);
+	r->dims = NULL;
+	r->ndims = r->dims_cap = 0;
+	fj_status st = r->rin && r->pin && r->tmp && r->dev && r->slots && r->origin ? FJ_OK : oom(ctx);
+	if (r->origin)
+		memset(r->origin, 0, r->np * sizeof *r->origin);
 	if (r->tmp)
 		memset(r->tmp, 0, r->np * sizeof *r->tmp);
 	if (r->dev)
@@ -792,6 +904,57 @@ static void scratch_free(fj_context *ctx, run_scratch *r)
 	fj_free(ctx, r->tmp, r->np * sizeof *r->tmp);
 	fj_free(ctx, r->dev, r->np * sizeof *r->dev);
 	fj_free(ctx, r->slots, r->nr * sizeof *r->slots);
+	fj_free(ctx, r->origin, r->np * sizeof *r->origin);
+	if (r->dims)
+		fj_free(ctx, r->dims, r->dims_cap * sizeof *r->dims);
+}
+
+/* The run options ro (may be NULL) into r: origins[k] names parameter
+ * off + k; the dims as the runtime's. */
+static fj_status scratch_options(fj_context *ctx, const fj_run_options *ro, size_t n, size_t off, run_scratch *r)
+{
+	fj_run_options o;
+	fj_status st = fj_api_run_options(ctx, ro, &o);
+	for (size_t k = 0; st == FJ_OK && o.origins && k < n && off + k < r->np; k++)
+		r->origin[off + k] = o.origins[k];
+	if (st != FJ_OK || !o.ndims)
+		return st;
+	if (!o.dim_names || !o.dim_values)
+		return fj_api_arg_error(ctx, "fj_run_options", "ndims > 0 needs dim_names and dim_values");
+	if (!(r->dims = fj_alloc(ctx, o.ndims * sizeof *r->dims)))
+		return oom(ctx);
+	r->ndims = r->dims_cap = o.ndims;
+	for (size_t k = 0; k < o.ndims; k++)
+		r->dims[k] = (fj_rt_dimarg){o.dim_names[k], o.dim_values[k]};
+	return FJ_OK;
+}
+
+/* The backward's sizes: the run options' dims, then every other symbol the
+ * forward bound (the backward's own inputs may not fix them all: the
+ * gradient of sum(x) takes an f32[] tangent and returns x's shape). */
+static fj_status saved_dims(fj_context *ctx, const fj_saved *saved, run_scratch *r)
+{
+	size_t n = r->ndims + saved->nsyms;
+	fj_rt_dimarg *d = n ? fj_alloc(ctx, n * sizeof *d) : NULL;
+	if (n && !d)
+		return oom(ctx);
+	if (r->ndims)
+		memcpy(d, r->dims, r->ndims * sizeof *d);
+	size_t k = r->ndims;
+	for (uint32_t s = 0; s < saved->nsyms; s++) {
+		const char *name = fj_symbol_name(saved->p->m, s);
+		bool given = saved->syms[s] < 0;
+		for (size_t j = 0; j < r->ndims && !given; j++)
+			given = strcmp(r->dims[j].name, name) == 0;
+		if (!given)
+			d[k++] = (fj_rt_dimarg){name, saved->syms[s]};
+	}
+	if (r->dims)
+		fj_free(ctx, r->dims, r->dims_cap * sizeof *r->dims);
+	r->dims = d;
+	r->ndims = k;
+	r->dims_cap = n;
+	return FJ_OK;
 }
 
 /* Converts inputs[0..n) (of role input or tangent) into r's entries
@@ -807,8 +970,8 @@ static fj_status convert_inputs(const fj_program *p, const fj_tensor *inputs, si
 	return FJ_OK;
 }
 
-static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
-                             size_t noutputs, fj_saved **saved)
+static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_tensor *inputs, size_t ninputs,
+                             fj_tensor *outputs, size_t noutputs, fj_saved **saved)
 {
 	fj_context *ctx = p->ctx;
 	const fj_graph *g = p->main.g;
@@ -827,13 +990,19 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 	fj_status st = scratch_alloc(ctx, g, &r);
 	out_slot *slots = r.slots;
 	if (st == FJ_OK)
+		st = scratch_options(ctx, ro, ninputs, 0, &r);
+	if (st == FJ_OK)
 		st = convert_inputs(p, inputs, ninputs, FJ_ROLE_INPUT, &r, 0);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
+	uint32_t nsyms = fj_symbol_count(p->m);
+	int64_t *syms = saved ? fj_alloc(ctx, (nsyms ? nsyms : 1) * sizeof *syms) : NULL;
+	if (st == FJ_OK && saved && !syms)
+		st = oom(ctx);
 	if (st == FJ_OK)
-		st = run_graph(p, &p->main, r.pin, r.dev, slots);
+		st = run_graph(p, &p->main, r.pin, r.dev, slots, r.origin, r.dims, r.ndims, syms);
 	fj_saved *s = NULL;
 	if (st == FJ_OK && saved) {
 		s = fj_alloc(ctx, sizeof *s);
@@ -850,6 +1019,9 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 			s->n = p->nsaved;
 			s->t = t;
 			s->names = names;
+			s->syms = syms;
+			s->nsyms = nsyms;
+			syms = NULL;
 			for (uint32_t k = 0; k < p->nsaved; k++) {
 				t[k] = slots[p->nout + k].rt;
 				slots[p->nout + k].rt.data = NULL;
@@ -859,6 +1031,8 @@ static fj_status run_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 	}
 	for (uint32_t k = p->nout; slots && k < g->nresults; k++)
 		fj_rt_tensor_free(&slots[k].rt);
+	if (syms)
+		fj_free(ctx, syms, (nsyms ? nsyms : 1) * sizeof *syms);
 	scratch_free(ctx, &r);
 	if (saved)
 		*saved = s;
@@ -870,7 +1044,7 @@ fj_status fj_program_run(fj_program *p, const fj_tensor *inputs, size_t ninputs,
 {
 	if (!p)
 		return FJ_ERR_INVALID;
-	return run_forward(p, inputs, ninputs, outputs, noutputs, NULL);
+	return run_forward(p, NULL, inputs, ninputs, outputs, noutputs, NULL);
 }
 
 fj_status fj_program_forward(fj_program *p, const fj_tensor *inputs, size_t ninputs, fj_tensor *outputs,
@@ -885,11 +1059,11 @@ fj_status fj_program_forward(fj_program *p, const fj_tensor *inputs, size_t ninp
 	if (!p->training)
 		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0},
 		                       "fj_program_forward: the program was not compiled for training");
-	return run_forward(p, inputs, ninputs, outputs, noutputs, saved);
+	return run_forward(p, NULL, inputs, ninputs, outputs, noutputs, saved);
 }
 
-fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_tensor *tangents, size_t ntangents,
-                              fj_tensor *grads, size_t ngrads)
+static fj_status run_backward(fj_program *p, const fj_run_options *ro, const fj_saved *saved,
+                              const fj_tensor *tangents, size_t ntangents, fj_tensor *grads, size_t ngrads)
 {
 	if (!p)
 		return FJ_ERR_INVALID;
@@ -915,15 +1089,25 @@ fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_ten
 	run_scratch r;
 	fj_status st = scratch_alloc(ctx, g, &r);
 	if (st == FJ_OK)
+		st = scratch_options(ctx, ro, nt, saved->n, &r);
+	if (st == FJ_OK)
+		st = saved_dims(ctx, saved, &r);
+	if (st == FJ_OK)
 		st = convert_inputs(p, tangents, nt, FJ_ROLE_TANGENT, &r, saved->n);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = k < saved->n ? &saved->t[k] : &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
 		r.slots[k].user = &grads[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->bw, r.pin, r.dev, r.slots);
+		st = run_graph(p, &p->bw, r.pin, r.dev, r.slots, r.origin, r.dims, r.ndims, NULL);
 	scratch_free(ctx, &r);
 	return st;
+}
+
+fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_tensor *tangents, size_t ntangents,
+                              fj_tensor *grads, size_t ngrads)
+{
+	return run_backward(p, NULL, saved, tangents, ntangents, grads, ngrads);
 }
 
 size_t fj_saved_count(const fj_saved *s) { return s ? s->n : 0; }
@@ -970,5 +1154,132 @@ void fj_saved_destroy(fj_saved *s)
 		fj_rt_tensor_free(&s->t[k]);
 	fj_free(ctx, s->t, n * sizeof *s->t);
 	fj_free(ctx, s->names, n * sizeof *s->names);
+	if (s->syms)
+		fj_free(ctx, s->syms, (s->nsyms ? s->nsyms : 1) * sizeof *s->syms);
 	fj_free(ctx, s, sizeof *s);
 }
+
+/* ---- runs with options, and the accessors of api/api.h ---- */
+
+fj_status fj_program_run_with(fj_program *p, const fj_run_options *o, const fj_tensor *inputs, size_t ninputs,
+                              fj_tensor *outputs, size_t noutputs)
+{
+	if (!p)
+		return FJ_ERR_INVALID;
+	return run_forward(p, o, inputs, ninputs, outputs, noutputs, NULL);
+}
+
+fj_status fj_program_forward_with(fj_program *p, const fj_run_options *o, const fj_tensor *inputs, size_t ninputs,
+                                  fj_tensor *outputs, size_t noutputs, fj_saved **saved)
+{
+	if (saved)
+		*saved = NULL;
+	if (!p)
+		return FJ_ERR_INVALID;
+	if (!saved)
+		return fj_api_arg_error(p->ctx, "fj_program_forward_with", "saved may not be NULL");
+	if (!p->training)
+		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "fj_program_forward_with: the program was not compiled for training");
+	return run_forward(p, o, inputs, ninputs, outputs, noutputs, saved);
+}
+
+fj_status fj_program_backward_with(fj_program *p, const fj_run_options *o, const fj_saved *saved,
+                                   const fj_tensor *tangents, size_t ntangents, fj_tensor *grads, size_t ngrads)
+{
+	return run_backward(p, o, saved, tangents, ntangents, grads, ngrads);
+}
+
+/* Input i's dtype and shape only (data not read), checked as a run checks
+ * them. */
+static fj_status shape_tensor(const fj_program *p, const fj_tensor *t, size_t i, fj_value_role role, fj_rt_tensor *rt)
+{
+	fj_tensor d = *t;
+	d.data = empty_byte;
+	d.device = FJ_DEVICE_HOST;
+	d.strides = NULL;
+	fj_status st = check_desc(p, &d, role, i, false);
+	if (st != FJ_OK)
+		return st;
+	memset(rt, 0, sizeof *rt);
+	rt->data = empty_byte;
+	rt->dtype = (fj_dtype)t->dtype;
+	rt->rank = t->rank;
+	memcpy(rt->dims, t->sizes, (size_t)t->rank * sizeof *rt->dims);
+	return FJ_OK;
+}
+
+fj_status fj_api_program_with(fj_program *p, const fj_api_use *u, fj_api_inst_fn fn, void *ud)
+{
+	fj_context *ctx = p->ctx;
+	part *pt = u->backward ? &p->bw : &p->main;
+	if (!pt->g)
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the program was not compiled for training");
+	if (u->backward && (!u->saved || u->saved->p != p))
+		return fj_api_arg_error(ctx, "fj_program_bench", "saved values of a forward run of this program needed");
+	const fj_graph *g = pt->g;
+	size_t off = u->backward ? u->saved->n : 0;
+	fj_value_role role = u->backward ? FJ_ROLE_TANGENT : FJ_ROLE_INPUT;
+	if (off + u->n != g->nparams || (u->n && !u->in))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "graph @%s takes %u inputs, %zu given", g->name,
+		                       g->nparams - (uint32_t)off, u->n);
+	run_scratch r;
+	fj_status st = scratch_alloc(ctx, g, &r);
+	if (st == FJ_OK)
+		st = scratch_options(ctx, u->run, u->n, off, &r);
+	if (st == FJ_OK && u->backward)
+		st = saved_dims(ctx, u->saved, &r);
+	for (size_t k = 0; st == FJ_OK && k < off; k++)
+		r.pin[k] = &u->saved->t[k];
+	for (size_t k = 0; st == FJ_OK && k < u->n; k++) {
+		r.pin[off + k] = u->in[k] ? &r.rin[off + k] : NULL;
+		if (u->in[k] && u->shapes_only)
+			st = shape_tensor(p, u->in[k], k, role, &r.rin[off + k]);
+		else if (u->in[k])
+			st = input_tensor(p, u->in[k], k, role, &r.rin[off + k], &r.tmp[off + k], &r.dev[off + k]);
+	}
+	inst *i = NULL;
+	bool held = false;
+	if (st == FJ_OK && (st = acquire(p, pt, &i)) == FJ_OK && !u->shapes_only &&
+	    (st = enter_device(p, &held)) != FJ_OK)
+		release(p, pt, i);
+	if (st == FJ_OK) {
+		bool idx = !u->backward && p->index_dims && p->nindex_dims == g->nparams;
+		fj_api_inst v = {g, i->rt, r.pin, r.origin, r.dims, r.ndims, idx ? p->index_dims : NULL};
+		st = fn(ud, &v);
+		i->bound = false; /* fn bound it to its own inputs */
+		if (!u->shapes_only)
+			leave_device(p, held);
+		release(p, pt, i);
+	}
+	scratch_free(ctx, &r);
+	return st;
+}
+
+bool fj_api_program_emulated(const fj_program *p) { return p && p->dev.emulated; }
+
+fj_status fj_program_stats_get(const fj_program *p, fj_program_stats *out)
+{
+	if (!p || !out)
+		return FJ_ERR_INVALID;
+	if (out->struct_size < offsetof(fj_program_stats, compiled))
+		return fj_api_arg_error(p->ctx, "fj_program_stats_get", "stats not initialised (fj_program_stats_init)");
+	fj_program_stats s;
+	fj_program_stats_init(&s);
+	const inst *m = p->main.idle, *b = p->bw.idle;
+	if (m) {
+		fj_rt_exec_info mi = fj_rt_exec_info_of(m->rt);
+		s.compiled = mi.compiled;
+		s.kernels = mi.kernels;
+		s.kernels_backward = b ? fj_rt_exec_info_of(b->rt).kernels : 0;
+		s.device = mi.device;
+		s.target = mi.target;
+		s.threads = mi.device ? 0 : mi.threads;
+	}
+	fj_api_copy_out(out, &s, sizeof s);
+	return FJ_OK;
+}
+
+fj_context *fj_api_program_context(const fj_program *p) { return p->ctx; }
+
+const char *fj_api_default_pipeline(bool training) { return default_pipeline(FJ_EXECUTOR_AUTO, training); }

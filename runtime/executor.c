@@ -127,10 +127,6 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 	const fj_graph *g = fj_rt_program_graph(p);
 	fj_context *ctx = g->module->ctx;
 	memset(br, 0, sizeof *br);
-	for (uint32_t i = 0; i < g->nparams; i++)
-		br->bytes += inputs[i]->nbytes;
-	for (uint32_t k = 0; k < g->nresults; k++)
-		br->bytes += outputs[k].nbytes;
 	double t0 = now_ms();
 	fj_status st = FJ_OK;
 	int warm = 0;
@@ -140,6 +136,10 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 	} while (st == FJ_OK && warm < 3 && now_ms() - t0 < 200);
 	if (st != FJ_OK)
 		return st;
+	for (uint32_t i = 0; i < g->nparams; i++) /* the outputs exist now */
+		br->bytes += inputs[i]->nbytes;
+	for (uint32_t k = 0; k < g->nresults; k++)
+		br->bytes += outputs[k].nbytes;
 	double one = (now_ms() - t0) / warm;
 	int reps = one > 0 ? (int)(500.0 / one) : 1000;
 	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;

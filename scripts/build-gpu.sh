@@ -47,10 +47,14 @@ for b in __truncdfhf2 __truncsfhf2 __extendhfsf2 __extendhfdf2; do
 	ldflags="$ldflags -Wl,--undefined=$b -Wl,--export-dynamic-symbol=$b"
 done
 echo "build-gpu: linking fusejit-run (LLVM static)"
-$CC $cflags $incs -c "$root/tools/fusejit-run.c" -o "$out/fusejit-run.o"
-$CC -o "$out/fusejit-run" "$out/fusejit-run.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+run_objs=""
+for f in "$root"/tools/fusejit-run*.c "$root/tools/npy.c"; do
+	$CC $cflags -I"$root/include" -c "$f" -o "$out/$(basename "$f" .c).o" || exit 255
+	run_objs="$run_objs $out/$(basename "$f" .c).o"
+done
+$CC -o "$out/fusejit-run" $run_objs "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
 $CC $cflags $incs -c "$root/tests/gpu/npycmp.c" -o "$out/npycmp.o"
-$CC -o "$out/fj-npycmp" "$out/npycmp.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+$CC -o "$out/fj-npycmp" "$out/npycmp.o" "$out/npy.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
 echo "build-gpu: dynamic dependencies of fusejit-run:"
 ldd "$out/fusejit-run" | sed 's/^/  /'
 (cd "$out" && tar cf - fusejit-run fj-npycmp | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)

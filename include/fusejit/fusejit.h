@@ -7,6 +7,28 @@
  * Errors are values: every fallible call returns an fj_status (FJ_OK is 0)
  * and records a diagnostic on its context, readable with fj_context_error().
  * The library never exits or aborts on bad input.
+ *
+ * ABI policy (how this header grows without breaking callers built against
+ * an older one):
+ * - Every struct the caller passes in or fills for the library (fj_tensor,
+ *   fj_compile_options, fj_run_options, fj_bench_options, fj_program_stats,
+ *   fj_reference_options ...) carries a uint32_t struct_size, set to the
+ *   caller's sizeof by its versioned *_init function (fj_tensor_init,
+ *   fj_compile_options_init ...). Initialise with it, then set fields.
+ * - New fields are only ever added at the end of a struct; none is removed,
+ *   reordered or retyped. Functions are only added, never changed.
+ * - The library reads (and, for structs it fills, writes) only the fields the
+ *   caller's struct_size covers; fields beyond it take their defaults.
+ * - fj_tensor is the one exception kept for older callers: its struct_size
+ *   sits in what was padding, and 0 there (a zero-initialised descriptor, as
+ *   callers wrote before fj_tensor_init existed) means the layout of version
+ *   0.1, which every later library accepts. When fj_tensor grows, arrays of
+ *   it will be strided by their first element's struct_size (0: sizeof the
+ *   0.1 layout); today every valid struct_size is 0 or that size.
+ * - A struct_size larger than the library's own struct (a newer header on
+ *   an older library) is read up to the library's size.
+ * - Structs the library returns by value or owns (fj_value_info,
+ *   fj_diagnostic, fj_cache_stats) keep their layout within a major version.
  */
 #ifndef FUSEJIT_FUSEJIT_H
 #define FUSEJIT_FUSEJIT_H
@@ -218,22 +240,25 @@ typedef enum fj_device { FJ_DEVICE_HOST = 0, FJ_DEVICE_CUDA = 1 } fj_device;
 /* Flags of an fj_tensor. */
 #define FJ_TENSOR_OWNED 1u /* data was allocated by fusejit: release with fj_tensor_release */
 
-/* A tensor descriptor: the caller's memory, described. Zero-initialise it,
- * then fill in what the call needs.
+/* A tensor descriptor: the caller's memory, described. Initialise it with
+ * fj_tensor_init (or zero-initialise it: struct_size 0 is accepted), then
+ * fill in what the call needs.
  *
  * Inputs: data, dtype, rank, sizes, strides (in elements; NULL = dense
- * row-major; any strides, negative and zero ones included, are accepted for
- * host memory, and copied to a dense buffer before the run) and device.
+ * row-major; any strides, negative and zero ones included, are accepted, and
+ * copied to a dense buffer before the run) and device.
  *
  * Devices: FJ_DEVICE_HOST (the default) for any executor. FJ_DEVICE_CUDA
  * (data a CUdeviceptr on device_index 0, in the CUDA driver's primary
  * context, e.g. a PyTorch CUDA tensor's data_ptr()) for nvptx programs
  * only: the kernels read and write the caller's device memory in place, with
  * no copy to or from the host (a returned input or literal, or a value
- * returned twice, is copied on the device). CUDA tensors must be dense (strides NULL or
- * row-major) and aligned: strided ones are refused with FJ_ERR_UNSUPPORTED
- * (make them contiguous first), as are other device indexes and CUDA
- * tensors given to a host or aten program (the error names the tensor).
+ * returned twice, is copied on the device). Strided or misaligned CUDA
+ * tensors are staged: copied into a dense device buffer before the run
+ * (inputs) and out of one after it (outputs), element by element on the
+ * device's side of the driver (slower than dense ones, which are used in
+ * place). Other device indexes and CUDA tensors given to a host or aten
+ * program are refused with FJ_ERR_UNSUPPORTED (the error names the tensor).
  * Host tensors given to an nvptx program are uploaded before the run and
  * downloaded after it. fusejit launches on its own stream and synchronises
  * it before the run returns (the results are then in place); work the caller
@@ -257,7 +282,11 @@ typedef struct fj_tensor {
 	fj_device device;
 	int32_t device_index;
 	uint32_t flags;
+	uint32_t struct_size; /* sizeof(fj_tensor), set by fj_tensor_init; 0: the 0.1 layout (same fields) */
 } fj_tensor;
+
+/* Zeroes t and sets its struct_size: a host tensor of rank 0, no data. */
+FJ_API void fj_tensor_init(fj_tensor *t);
 
 /* Frees an output fusejit allocated (FJ_TENSOR_OWNED, always host memory)
  * and clears data and flags; does nothing for the caller's own memory. */
@@ -428,7 +457,9 @@ FJ_API fj_status fj_program_forward(fj_program *p, const fj_tensor *inputs, size
                                     size_t noutputs, fj_saved **saved);
 /* Runs the backward on the saved values of a forward run of p and the
  * tangents (one per FJ_ROLE_TANGENT, in order), writing the gradients (one
- * per FJ_ROLE_GRADIENT). saved is not consumed: the backward may run again. */
+ * per FJ_ROLE_GRADIENT). saved is not consumed: the backward may run again.
+ * Symbolic sizes the forward bound hold for the backward too (its own inputs
+ * may not fix them: the gradient of a sum takes a 0-d tangent). */
 FJ_API fj_status fj_program_backward(fj_program *p, const fj_saved *saved, const fj_tensor *tangents,
                                      size_t ntangents, fj_tensor *grads, size_t ngrads);
 FJ_API size_t fj_saved_count(const fj_saved *s);
@@ -439,6 +470,176 @@ FJ_API size_t fj_saved_count(const fj_saved *s);
 FJ_API fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_tensor *view);
 FJ_API size_t fj_saved_bytes(const fj_saved *s);
 FJ_API void fj_saved_destroy(fj_saved *s);
+
+/* ======================================================================
+ * Runs with options: sizes no input fixes, where inputs came from
+ * ====================================================================== */
+
+/* Options of a run. Initialise with fj_run_options_init, then set fields. */
+typedef struct fj_run_options {
+	uint32_t struct_size;          /* sizeof(fj_run_options), set by _init */
+	const char *const *dim_names;  /* the sizes of symbols no input fixes: */
+	const int64_t *dim_values;     /*   symbol dim_names[k] is dim_values[k] */
+	size_t ndims;                  /*   (an unknown name or a negative size is an error) */
+	const char *const *origins;    /* NULL, or one entry per tensor the call takes (inputs;
+	                                  the backward: tangents), each NULL or where that tensor
+	                                  came from ("x.npy"): shape errors then read
+	                                  "input %x (from x.npy): ..." */
+} fj_run_options;
+
+FJ_API void fj_run_options_init(fj_run_options *o);
+
+/* fj_program_run, fj_program_forward and fj_program_backward with options
+ * (o may be NULL: the plain calls). */
+FJ_API fj_status fj_program_run_with(fj_program *p, const fj_run_options *o, const fj_tensor *inputs,
+                                     size_t ninputs, fj_tensor *outputs, size_t noutputs);
+FJ_API fj_status fj_program_forward_with(fj_program *p, const fj_run_options *o, const fj_tensor *inputs,
+                                         size_t ninputs, fj_tensor *outputs, size_t noutputs, fj_saved **saved);
+FJ_API fj_status fj_program_backward_with(fj_program *p, const fj_run_options *o, const fj_saved *saved,
+                                          const fj_tensor *tangents, size_t ntangents, fj_tensor *grads,
+                                          size_t ngrads);
+
+/* ======================================================================
+ * Queries: sizes before a run, what a graph takes, what was compiled
+ * ====================================================================== */
+
+/* Binds the program's symbolic sizes as a run (the forward, for training)
+ * with these inputs would, checking every shape, without running anything.
+ * inputs[k] (ninputs = fj_program_count(p, FJ_ROLE_INPUT)) is input k's
+ * descriptor, of which only dtype, rank and sizes are read (data may be
+ * NULL), or NULL when it is not known: its sizes then come from the other
+ * inputs and o's dims. Fills each array that is not NULL:
+ *   in_info[count(FJ_ROLE_INPUT)], out_info[count(FJ_ROLE_OUTPUT)]: as
+ *     fj_program_info, with the concrete sizes and bytes;
+ *   index_bounds[count(FJ_ROLE_INPUT)]: for an integer input the graph (as
+ *     written, before any pass) uses directly as an index (the index,
+ *     indices or target operand of a gather, an embedding, a loss ...), the
+ *     size of the dim it indexes: valid values lie in [0, bound); else -1.
+ * Errors are the ones a run would report for these shapes (an unbound
+ * symbol names it and --dim, as fusejit-run spells it). */
+FJ_API fj_status fj_program_sizes(fj_program *p, const fj_run_options *o, const fj_tensor *const *inputs,
+                                  size_t ninputs, fj_value_info *in_info, fj_value_info *out_info,
+                                  int64_t *index_bounds);
+
+/* What graph `graph` of m ("main" or "@main"; NULL: @main, else the first)
+ * takes (FJ_ROLE_INPUT) and returns (FJ_ROLE_OUTPUT) as written, before any
+ * pass: fj_program_info's fields, except that type is NULL and that a
+ * returned literal has the name "" (a value returned twice has the same
+ * name twice). The count is 0 for an unknown graph or another role. */
+FJ_API size_t fj_module_value_count(const fj_module *m, const char *graph, fj_value_role role);
+FJ_API fj_status fj_module_value_info(const fj_module *m, const char *graph, fj_value_role role, size_t i,
+                                      fj_value_info *out);
+
+/* What fj_compile made of a program. Initialise with fj_program_stats_init;
+ * fj_program_stats fills the fields struct_size covers. */
+typedef struct fj_program_stats {
+	uint32_t struct_size;      /* sizeof(fj_program_stats), set by _init */
+	uint32_t compiled;         /* kernels fj_compile generated for the graph (training: the
+	                              forward), found in no cache */
+	uint32_t kernels;          /* nvptx: fused kernels the graph (training: the forward) launches */
+	uint32_t kernels_backward; /* nvptx, training: those of the backward */
+	int threads;               /* host: the threads a run uses; aten: 1; nvptx: 0 */
+	const char *device;        /* nvptx: the device's name ("emulator" on the emulator); else NULL */
+	const char *target;        /* nvptx: the architecture compiled for ("sm_90"); else NULL */
+} fj_program_stats;
+
+FJ_API void fj_program_stats_init(fj_program_stats *s);
+FJ_API fj_status fj_program_stats_get(const fj_program *p, fj_program_stats *out);
+
+/* ======================================================================
+ * Benchmarks (fusejit-run --bench)
+ * ====================================================================== */
+
+typedef struct fj_bench_options {
+	uint32_t struct_size;       /* sizeof(fj_bench_options), set by _init */
+	int reps;                   /* host, aten: timed runs: 0 = as many as fit in about 0.5 s
+	                               (5 to 1000); else exactly this many (at most 1000);
+	                               nvptx: the device benchmark picks its own */
+	int backward;               /* training: time the backward; inputs are then the tangents */
+	const fj_saved *saved;      /* backward: the saved values of a forward run of p */
+	const fj_run_options *run;  /* dims and origins (may be NULL) */
+} fj_bench_options;
+
+typedef struct fj_bench_result {
+	uint32_t struct_size; /* sizeof(fj_bench_result), set by _init */
+	double median_ms;     /* host, aten: the median wall-clock time of a run after a warm-up
+	                         (up to 3 runs, 200 ms); nvptx: of the launches alone, timed with
+	                         CUDA events on the device */
+	double copy_ms;       /* the same-run baseline, the median of as many copies of bytes/2:
+	                         host: a memcpy split over the host executor's threads; nvptx: a
+	                         device-to-device copy */
+	int reps;             /* timed runs */
+	size_t bytes;         /* bytes of the inputs and outputs of one run */
+} fj_bench_result;
+
+FJ_API void fj_bench_options_init(fj_bench_options *o);
+FJ_API void fj_bench_result_init(fj_bench_result *r);
+/* Times runs of p on inputs (host tensors, as a run takes them; the outputs
+ * are fusejit's and discarded).
+ * nvptx on the emulator: FJ_ERR_UNSUPPORTED (no CUDA events). */
+FJ_API fj_status fj_program_bench(fj_program *p, const fj_bench_options *o, const fj_tensor *inputs,
+                                  size_t ninputs, fj_bench_result *out);
+
+/* ======================================================================
+ * Checking results (fusejit-run --check=aten and --check=f64, IR.md §5)
+ * ====================================================================== */
+
+typedef enum fj_check {
+	FJ_CHECK_ATEN = 0, /* against the aten executor: relative L2 error */
+	FJ_CHECK_F64 = 1   /* against the graph computed in f64 (fj_reference_f64) */
+} fj_check;
+
+/* The tolerance of a dtype: aten: f32 1e-5, f16 1e-3, bf16 1e-2, f64 1e-12;
+ * f64: f32 1e-5, f16 1e-2, bf16 5e-2, f64 1e-12; integers and bools 0
+ * (exact). */
+FJ_API double fj_check_tolerance(fj_check c, fj_scalar_type t);
+/* The error of out against ref (dense host tensors of one shape): aten:
+ * ||out - ref|| / ||ref|| (||out - ref|| when ||ref|| is 0); f64:
+ * ||out - rnd(ref)|| / (||ref|| + scale), rnd rounding to out's dtype. NaN
+ * and inf are left out of the norms and must sit at the same places: else
+ * *placed (may be NULL) is 0 and the error +inf. */
+FJ_API double fj_check_error(fj_check c, const fj_tensor *out, const fj_tensor *ref, double scale, int *placed);
+
+/* Element i (row-major) of a dense host tensor as a double (bool: 0 or 1;
+ * bf16 and f16 converted exactly), and its store (floats rounded to nearest
+ * even, integers truncated). */
+FJ_API double fj_tensor_get_f64(const fj_tensor *t, int64_t i);
+FJ_API void fj_tensor_set_f64(fj_tensor *t, int64_t i, double v);
+
+/* The f64 reference of a graph: the graph with every float value computed
+ * in f64 on aten, on the same inputs (float ones converted exactly), and
+ * twice more with every float result perturbed by a relative 2^-20 (seeds 1
+ * and 2): a value's scale is the largest ||perturbed - ref|| / 2^-20, the
+ * error its roundings explain. */
+typedef struct fj_reference_options {
+	uint32_t struct_size;      /* sizeof(fj_reference_options), set by _init */
+	const char *graph;         /* as fj_compile_options.graph */
+	int training;              /* nonzero: the forward's outputs, then the gradients, through
+	                              fj_compile's training pipeline */
+	const fj_run_options *run; /* dims (may be NULL) */
+} fj_reference_options;
+
+typedef struct fj_reference fj_reference;
+
+FJ_API void fj_reference_options_init(fj_reference_options *o);
+/* inputs: one per parameter of the graph; training: tangents, one per
+ * FJ_ROLE_TANGENT of a training program of the same graph, in order; all
+ * dense host tensors (fusejit-run passes the same inputs as its run). The
+ * graphs run on aten as they are, without a copy; o's dims bind sizes no
+ * input fixes. */
+FJ_API fj_status fj_reference_f64(fj_context *ctx, const fj_module *m, const fj_reference_options *o,
+                                  const fj_tensor *inputs, size_t ninputs, const fj_tensor *tangents,
+                                  size_t ntangents, fj_reference **out);
+/* Outputs, then (training) gradients. */
+FJ_API size_t fj_reference_count(const fj_reference *r);
+/* Value i's reference (ref, may be NULL: a read-only host view, f64 for
+ * float values), its scale, and the tolerance a float result of dtype dt is
+ * held to: the largest of dt's and those of the roundings its value went
+ * through in the graph as compiled (an f64 output of f32 math: f32's); 0
+ * for integers and bools. */
+FJ_API fj_status fj_reference_value(const fj_reference *r, size_t i, fj_scalar_type dt, fj_tensor *ref,
+                                    double *scale, double *tolerance);
+FJ_API void fj_reference_destroy(fj_reference *r);
 
 /* ======================================================================
  * The kernel cache

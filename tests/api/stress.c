@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/npy.h"
+#include "tests/common/npy_rt.h"
 #include "runtime/tensor.h"
 
 typedef struct kase {

@@ -47,7 +47,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/pass.h"
-#include "runtime/npy.h"
+#include "tests/common/npy_rt.h"
 #include "runtime/program.h"
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -18,8 +18,8 @@
 
 #include "backend_nvptx/cuda.h"
 #include "backend_nvptx/emu.h"
-#include "runtime/npy.h"
 #include "runtime/program.h"
+#include "tests/common/npy_rt.h"
 #include "runtime/program_nvptx.h"
 #include "backend_nvptx/nvptx.h"
 #include "backend_nvptx/region_gpu.h"

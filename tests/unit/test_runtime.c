@@ -13,7 +13,7 @@
 #include "passes/reference.h"
 #include "backend_nvptx/emu.h"
 #include "runtime/executor.h"
-#include "runtime/npy.h"
+#include "tests/common/npy_rt.h"
 #include "runtime/program.h"
 #include "test.h"
 
