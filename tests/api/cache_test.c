@@ -5,7 +5,10 @@
  *   2. a second process compiles nothing: everything comes from the disk;
  *   3. every entry corrupted (bytes flipped), then truncated: the next
  *      process detects it, rebuilds, and the one after compiles nothing again;
- *   4. a tiny cap evicts; "off" stores nothing.
+ *   4. a tiny cap evicts; "off" stores nothing;
+ *   5. PTX (where the nvptx executor has a GPU): a cold process compiles and
+ *      stores its regions' PTX, the next one loads it all from the disk
+ *      (without a GPU the unit suite `cache` covers PTX on disk).
  * Results are checked every time. Public API only. */
 #include <dirent.h>
 #include <math.h>
@@ -93,10 +96,54 @@ static void compile_run(const char *dir, uint64_t cap, const char *graph, fj_cac
 	fj_context_destroy(ctx);
 }
 
-/* Child: "child DIR zero|rebuild" */
+/* Compiles the graph for nvptx in a fresh context with cache dir and runs
+ * it; returns the compile's status (FJ_ERR_DRIVER: no GPU). */
+static fj_status compile_run_ptx(const char *dir, fj_cache_stats *cs)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_context_set_cache(ctx, dir, 0);
+	fj_context_set_option(ctx, "nvptx_device", "cuda"); /* the emulator compiles no PTX */
+	fj_module *m;
+	fj_program *p = NULL;
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = FJ_EXECUTOR_NVPTX;
+	if (fj_module_parse(ctx, text, strlen(text), "cache.fj", &m) != FJ_OK)
+		exit(1);
+	fj_status st = fj_compile(ctx, m, &o, &p);
+	if (st == FJ_OK) {
+		float x[2][16], w[16], y[2][16];
+		for (int j = 0; j < 16; j++)
+			w[j] = 0.25f, x[0][j] = x[1][j] = 1.0f;
+		fj_tensor in[2], out;
+		memset(in, 0, sizeof in);
+		memset(&out, 0, sizeof out);
+		in[0].data = x, in[0].dtype = FJ_TYPE_F32, in[0].rank = 2, in[0].sizes[0] = 2, in[0].sizes[1] = 16;
+		in[1].data = w, in[1].dtype = FJ_TYPE_F32, in[1].rank = 1, in[1].sizes[0] = 16;
+		out.data = y, out.dtype = FJ_TYPE_F32, out.rank = 2, out.sizes[0] = 2, out.sizes[1] = 16;
+		EXPECT(fj_program_run(p, in, 2, &out, 1) == FJ_OK);
+		for (int j = 0; j < 16; j++) /* sigmoid(0.25) / (16 sigmoid(0.25)) */
+			EXPECT(fabs(y[1][j] - 1.0 / 16) < 1e-6);
+		fj_context_cache_stats(ctx, cs);
+		fj_program_destroy(p);
+	}
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+	return st;
+}
+
+/* Child: "child DIR zero|rebuild|ptx" */
 static int child(const char *dir, const char *expect)
 {
 	fj_cache_stats cs;
+	if (strcmp(expect, "ptx") == 0) {
+		EXPECT(compile_run_ptx(dir, &cs) == FJ_OK);
+		printf("  child (ptx): compiled %llu, loaded %llu\n", (unsigned long long)cs.kernels_compiled,
+		       (unsigned long long)cs.kernels_loaded);
+		EXPECT(cs.kernels_compiled == 0);
+		EXPECT(cs.kernels_loaded > 0);
+		return fails ? 1 : 0;
+	}
 	compile_run(dir, 0, text, &cs, 0);
 	printf("  child (%s): compiled %llu, loaded %llu, disk hits %llu, corrupt %llu, stores %llu\n", expect,
 	       (unsigned long long)cs.kernels_compiled, (unsigned long long)cs.kernels_loaded,
@@ -233,6 +280,19 @@ int main(int argc, char **argv)
 	EXPECT(dir_bytes(small) <= one * 3 / 2);
 	compile_run("off", 0, text, &cs, 0);
 	EXPECT(cs.disk_stores == 0 && cs.disk_hits == 0);
+
+	printf("5. PTX\n");
+	char ptx[1100];
+	snprintf(ptx, sizeof ptx, "%s/ptx", dir);
+	fj_status pst = compile_run_ptx(ptx, &cs);
+	if (pst == FJ_OK) {
+		EXPECT(cs.kernels_compiled > 0);
+		EXPECT(cs.disk_stores > 0);
+		EXPECT(spawn(self, ptx, "ptx") == 0);
+	} else {
+		EXPECT(pst == FJ_ERR_DRIVER);
+		printf("   no GPU here: PTX on disk is covered by the unit suite `cache`\n");
+	}
 
 	char cmd[200];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

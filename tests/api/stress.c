@@ -1,7 +1,7 @@
 /* stress.c -- fj-api-stress: one context, many threads compiling and running
  * the golden graphs at once through the public API.
  *
- *   fj-api-stress [-tN] [-rR] [-cC] [--executor=host|aten] DIR
+ *   fj-api-stress [-tN] [-rR] [-cC] [--executor=host|aten|nvptx] DIR
  *
  * -cC takes C cases spread evenly over DIR (default: all; CTest uses a part
  * to stay fast; run all of them under ThreadSanitizer by hand).
@@ -16,7 +16,9 @@
  * every run matched and every run happened: C cases (all of DIR's that no
  * skip marker excludes, at least one), each run R * (2N - 1) times (N own
  * compiles, and the shared program by every thread but the one that
- * published it). Meant to run under ThreadSanitizer and ASan. */
+ * published it). Meant to run under ThreadSanitizer and ASan. nvptx: the
+ * CUDA driver (never the emulator), so that compilations race on the PTX in
+ * the kernel cache; exit 77 (a skip) without a GPU. */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -154,6 +156,24 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* nvptx: the driver (not the emulator) compiles a trivial graph. */
+static bool gpu_usable(fj_context *c)
+{
+	static const char g[] = "graph @g(%x: f32[4]) {\n  %y = aten.exp(%x)\n  return %y\n}\n";
+	fj_context_set_option(c, "nvptx_device", "cuda");
+	fj_module *m;
+	fj_program *p = NULL;
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = FJ_EXECUTOR_NVPTX;
+	if (fj_module_parse(c, g, strlen(g), "probe.fj", &m) != FJ_OK)
+		return false;
+	fj_status st = fj_compile(c, m, &o, &p);
+	fj_program_destroy(p);
+	fj_module_destroy(m);
+	return st == FJ_OK;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = NULL;
@@ -168,11 +188,13 @@ int main(int argc, char **argv)
 			executor = FJ_EXECUTOR_ATEN;
 		else if (strcmp(argv[i], "--executor=host") == 0)
 			executor = FJ_EXECUTOR_HOST;
+		else if (strcmp(argv[i], "--executor=nvptx") == 0)
+			executor = FJ_EXECUTOR_NVPTX;
 		else
 			dir = argv[i];
 	}
 	if (!dir || nthreads < 1) {
-		fprintf(stderr, "usage: fj-api-stress [-tN] [-rR] [-cC] [--executor=host|aten] DIR\n");
+		fprintf(stderr, "usage: fj-api-stress [-tN] [-rR] [-cC] [--executor=host|aten|nvptx] DIR\n");
 		return 2;
 	}
 	DIR *d = opendir(dir);
@@ -192,7 +214,8 @@ int main(int argc, char **argv)
 			continue;
 		snprintf(p, sizeof p, "%s/%s/skip", dir, de->d_name);
 		char p2[1024];
-		snprintf(p2, sizeof p2, "%s/%s/skip_%s", dir, de->d_name, executor == FJ_EXECUTOR_ATEN ? "aten" : "host");
+		snprintf(p2, sizeof p2, "%s/%s/skip_%s", dir, de->d_name,
+		         executor == FJ_EXECUTOR_ATEN ? "aten" : executor == FJ_EXECUTOR_NVPTX ? "nvptx" : "host");
 		if (exists(p) || exists(p2))
 			continue;
 		names = realloc(names, (n + 1) * sizeof *names);
@@ -227,6 +250,12 @@ int main(int argc, char **argv)
 	if (!ctx || !mkdtemp(cdir))
 		return 1;
 	fj_context_set_cache(ctx, cdir, 0);
+	if (executor == FJ_EXECUTOR_NVPTX && !gpu_usable(ctx)) {
+		printf("SKIP: the nvptx executor has no CUDA driver and GPU here: %s\n", fj_context_error(ctx));
+		fj_context_destroy(ctx);
+		rmdir(cdir);
+		return 77;
+	}
 	pthread_t *th = calloc((size_t)nthreads, sizeof *th);
 	for (int t = 0; t < nthreads; t++)
 		pthread_create(&th[t], NULL, worker, (void *)(uintptr_t)t);
