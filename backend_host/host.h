@@ -24,11 +24,14 @@ typedef struct fj_host_jit fj_host_jit;
 /* The context's JIT, created on first call. */
 fj_status fj_host_jit_get(fj_context *ctx, fj_host_jit **out);
 
-/* Compiles the per-node kernels of nodes[0..n) of g (nodes with an emitter),
- * reusing kernels compiled before in this context (keyed by fj_cg_node_key):
- * all the missing ones go into one LLVM module, optimised with default<O3>
- * for the host CPU and compiled once. out[i] receives node nodes[i]'s kernel.
- * stats (may be NULL) receives the number of kernels compiled (cache misses). */
+/* Compiles the per-node kernels of nodes[0..n) of g (nodes with an emitter;
+ * a fusion.kernel's is its region's), through the kernel cache
+ * (cache/kcache.h: keyed by the target and fj_cg_node_key, so identical
+ * kernels compile once per context and once per machine): the distinct
+ * missing ones compile in parallel (setting compile_jobs), each in its own
+ * LLVM module, optimised with default<O3> for the host CPU. out[i] receives
+ * node nodes[i]'s kernel. compiled (may be NULL) receives the number of
+ * distinct kernels compiled or loaded from the disk (memory misses). */
 fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32_t *nodes, uint32_t n,
                                 fj_host_kernel *out, uint32_t *compiled);
 

@@ -1,8 +1,9 @@
 /* jit.c -- the host JIT: ORC LLJIT through the LLVM C API, one per context.
  *
  * Target: the host triple, CPU name and features, PIC, the JIT code model;
- * one target machine goes to the LLJIT builder, a second one drives
- * LLVMRunPasses("default<O3>") so that loops vectorize for the host.
+ * one target machine goes to the LLJIT builder, one drives
+ * fj_host_emit_llvm's LLVMRunPasses("default<O3>") (loops vectorize for the
+ * host), and each compilation makes its own (they run on several threads).
  * Kernels call libm through a process-symbol generator on the main dylib.
  *
  * Kernels come through the kernel cache (cache/kcache.h, kind "host"),
@@ -117,8 +118,12 @@ static LLVMTargetMachineRef make_tm(fj_host_jit *j, fj_context *ctx)
 		LLVMDisposeMessage(err);
 		return NULL;
 	}
-	return LLVMCreateTargetMachine(t, j->triple, j->cpu, j->features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
-	                               LLVMCodeModelJITDefault);
+	LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, j->triple, j->cpu, j->features, LLVMCodeGenLevelAggressive,
+	                                                  LLVMRelocPIC, LLVMCodeModelJITDefault);
+	if (!tm)
+		fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: no target machine for %s (%s)", j->triple,
+		                j->cpu);
+	return tm;
 }
 
 /* What the host's kernels depend on besides their keys, and its tag. */
@@ -270,7 +275,7 @@ static fj_status compile_one(void *arg, fj_context *dctx, uint32_t i, void **dat
 	fj_host_jit *j = b->j;
 	LLVMTargetMachineRef tm = make_tm(j, dctx);
 	if (!tm)
-		return FJ_ERR_UNSUPPORTED;
+		return FJ_ERR_INTERNAL;
 	LLVMContextRef llctx = LLVMContextCreate();
 	LLVMModuleRef mod = new_module(j, llctx, tm);
 	fj_cg cg;
