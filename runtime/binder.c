@@ -5,20 +5,6 @@
 
 #include "runtime/binder.h"
 
-static inline size_t nz(size_t n) { return n ? n : 1; }
-#define ARR_ALLOC(ctx, n, T) ((T *)fj_alloc((ctx), nz(n) * sizeof(T)))
-#define ARR_FREE(ctx, p, n) fj_free((ctx), (p), nz(n) * sizeof *(p))
-
-static fj_status oom(fj_context *ctx)
-{
-	return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-}
-
-static const char *value_name(const fj_graph *g, fj_vid v)
-{
-	const char *n = g->values[v].name;
-	return n ? n : "?";
-}
 
 /* ---- binding ---- */
 
@@ -43,9 +29,9 @@ static void describe_src(binder *b, sym_src s, char *buf, size_t size)
 	const fj_graph *g = b->p->g;
 	const char *o = b->origin ? b->origin[s.param] : NULL;
 	if (o)
-		snprintf(buf, size, "input %%%s (dim %d, from %s)", value_name(g, g->params[s.param]), s.dim, o);
+		snprintf(buf, size, "input %%%s (dim %d, from %s)", fj_rt_value_name(g, g->params[s.param]), s.dim, o);
 	else
-		snprintf(buf, size, "input %%%s (dim %d)", value_name(g, g->params[s.param]), s.dim);
+		snprintf(buf, size, "input %%%s (dim %d)", fj_rt_value_name(g, g->params[s.param]), s.dim);
 }
 
 static fj_status bind_sym(binder *b, uint32_t s, int64_t v, sym_src from)
@@ -113,7 +99,7 @@ static void type_str(const fj_rt_binding *p, const fj_type *t, char *buf, size_t
 static void input_desc(binder *b, uint32_t i, char *buf, size_t size)
 {
 	const char *o = b->origin ? b->origin[i] : NULL;
-	const char *name = value_name(b->p->g, b->p->g->params[i]);
+	const char *name = fj_rt_value_name(b->p->g, b->p->g->params[i]);
 	if (o)
 		snprintf(buf, size, "input %%%s (from %s)", name, o);
 	else
@@ -196,7 +182,7 @@ static fj_status check_nodes(fj_rt_binding *p, const uint8_t *used)
 	fj_graph *sg = sm ? fj_module_add_graph(sm, "rt_check", (fj_loc){0}) : NULL;
 	if (!sg) {
 		fj_module_destroy(sm);
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	}
 	fj_status st = FJ_OK;
 	fj_vid *ops = NULL;
@@ -209,22 +195,22 @@ static fj_status check_nodes(fj_rt_binding *p, const uint8_t *used)
 		if (n->body)
 			continue; /* a fusion.kernel: its sizes were checked on the graph it was fused from */
 		if (n->nopnds > cap_ops) {
-			ARR_FREE(ctx, ops, cap_ops);
+			FJ_RT_ARR_FREE(ctx, ops, cap_ops);
 			cap_ops = n->nopnds * 2;
-			ops = ARR_ALLOC(ctx, cap_ops, fj_vid);
+			ops = FJ_RT_ARR_ALLOC(ctx, cap_ops, fj_vid);
 			if (!ops) {
 				cap_ops = 0;
-				st = oom(ctx);
+				st = fj_rt_oom(ctx);
 				break;
 			}
 		}
 		if (n->nres > cap_out) {
-			ARR_FREE(ctx, outt, cap_out);
+			FJ_RT_ARR_FREE(ctx, outt, cap_out);
 			cap_out = n->nres * 2;
-			outt = ARR_ALLOC(ctx, cap_out, fj_type);
+			outt = FJ_RT_ARR_ALLOC(ctx, cap_out, fj_type);
 			if (!outt) {
 				cap_out = 0;
-				st = oom(ctx);
+				st = fj_rt_oom(ctx);
 				break;
 			}
 		}
@@ -245,7 +231,7 @@ static fj_status check_nodes(fj_rt_binding *p, const uint8_t *used)
 				ops[j] = fj_graph_add_param(sg, name, t, n->loc);
 			}
 			if (ops[j] == FJ_NOVAL) {
-				st = oom(ctx);
+				st = fj_rt_oom(ctx);
 				break;
 			}
 		}
@@ -253,13 +239,13 @@ static fj_status check_nodes(fj_rt_binding *p, const uint8_t *used)
 			break;
 		uint32_t idx = fj_graph_add_node(sg, n->op, ops, n->nopnds, n->nres, NULL, NULL, n->loc);
 		if (idx == FJ_NONODE) {
-			st = oom(ctx);
+			st = fj_rt_oom(ctx);
 			break;
 		}
 		fj_node *sn = &sg->nodes[idx];
 		for (int k = 0; k < oi->nattrs; k++)
 			if (!concretize_attr(p, sg, &n->attrs[k], &sn->attrs[k])) {
-				st = oom(ctx);
+				st = fj_rt_oom(ctx);
 				break;
 			}
 		if (st != FJ_OK)
@@ -286,12 +272,12 @@ static fj_status check_nodes(fj_rt_binding *p, const uint8_t *used)
 				sym_values_str(p, used, syms, sizeof syms);
 				st = fj_error_status(ctx, FJ_ERR_RUNTIME, n->loc,
 				                     "%s: at run time (%s) result %%%s of type %s is %s, but its operands give %s",
-				                     fj_op_name(n->op), syms, value_name(g, v), ty, a, b);
+				                     fj_op_name(n->op), syms, fj_rt_value_name(g, v), ty, a, b);
 			}
 		}
 	}
-	ARR_FREE(ctx, ops, cap_ops);
-	ARR_FREE(ctx, outt, cap_out);
+	FJ_RT_ARR_FREE(ctx, ops, cap_ops);
+	FJ_RT_ARR_FREE(ctx, outt, cap_out);
 	fj_module_destroy(sm);
 	return st;
 }
@@ -447,7 +433,7 @@ static fj_status eval_values(fj_rt_binding *p, const uint8_t *used)
 			type_str(p, &val->type, ty, sizeof ty);
 			sym_values_str(p, used, syms, sizeof syms);
 			return fj_error_status(p->ctx, FJ_ERR_RUNTIME, val->loc, "the size of %%%s: %s overflows with %s",
-			                       value_name(g, v), ty, syms);
+			                       fj_rt_value_name(g, v), ty, syms);
 		}
 	}
 	return FJ_OK;
@@ -482,21 +468,21 @@ fj_status fj_rt_binding_bind(fj_rt_binding *p, const fj_rt_tensor *const *inputs
 	p->bound = false;
 	uint32_t nsyms = fj_symbol_count(p->m);
 	if (nsyms != p->nsyms || !p->symval) {
-		ARR_FREE(ctx, p->symval, p->nsyms);
+		FJ_RT_ARR_FREE(ctx, p->symval, p->nsyms);
 		p->nsyms = 0;
-		p->symval = ARR_ALLOC(ctx, nsyms, int64_t);
+		p->symval = FJ_RT_ARR_ALLOC(ctx, nsyms, int64_t);
 		if (!p->symval)
-			return oom(ctx);
+			return fj_rt_oom(ctx);
 		p->nsyms = nsyms;
 	}
 	for (uint32_t s = 0; s < nsyms; s++)
 		p->symval[s] = -1;
-	sym_src *src = ARR_ALLOC(ctx, nsyms, sym_src);
-	uint8_t *used = ARR_ALLOC(ctx, nsyms, uint8_t);
+	sym_src *src = FJ_RT_ARR_ALLOC(ctx, nsyms, sym_src);
+	uint8_t *used = FJ_RT_ARR_ALLOC(ctx, nsyms, uint8_t);
 	if (!src || !used) {
-		ARR_FREE(ctx, src, nsyms);
-		ARR_FREE(ctx, used, nsyms);
-		return oom(ctx);
+		FJ_RT_ARR_FREE(ctx, src, nsyms);
+		FJ_RT_ARR_FREE(ctx, used, nsyms);
+		return fj_rt_oom(ctx);
 	}
 	memset(used, 0, nsyms ? nsyms : 1);
 	binder b = {p, origin, src};
@@ -513,8 +499,8 @@ fj_status fj_rt_binding_bind(fj_rt_binding *p, const fj_rt_tensor *const *inputs
 		st = check_inputs(&b, inputs, used);
 	if (st == FJ_OK) /* 7. every node with the concrete sizes */
 		st = check_nodes(p, used);
-	ARR_FREE(ctx, src, nsyms);
-	ARR_FREE(ctx, used, nsyms);
+	FJ_RT_ARR_FREE(ctx, src, nsyms);
+	FJ_RT_ARR_FREE(ctx, used, nsyms);
 	p->bound = st == FJ_OK; /* symbols the graph does not use read as -1 */
 	return st;
 }
@@ -526,14 +512,14 @@ fj_status fj_rt_binding_init(fj_rt_binding *b, fj_context *ctx, const fj_graph *
 	b->g = g;
 	b->m = g->module;
 	b->nvalues = g->nvalues;
-	b->vdims = ARR_ALLOC(ctx, (size_t)g->nvalues * FJ_MAX_RANK, int64_t);
-	b->vbytes = ARR_ALLOC(ctx, g->nvalues, size_t);
+	b->vdims = FJ_RT_ARR_ALLOC(ctx, (size_t)g->nvalues * FJ_MAX_RANK, int64_t);
+	b->vbytes = FJ_RT_ARR_ALLOC(ctx, g->nvalues, size_t);
 	if (!b->vdims || !b->vbytes) {
 		fj_rt_binding_free(b);
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	}
-	memset(b->vdims, 0, nz((size_t)g->nvalues * FJ_MAX_RANK) * sizeof *b->vdims);
-	memset(b->vbytes, 0, nz(g->nvalues) * sizeof *b->vbytes);
+	memset(b->vdims, 0, fj_rt_nz((size_t)g->nvalues * FJ_MAX_RANK) * sizeof *b->vdims);
+	memset(b->vbytes, 0, fj_rt_nz(g->nvalues) * sizeof *b->vbytes);
 	return FJ_OK;
 }
 
@@ -542,11 +528,11 @@ void fj_rt_binding_free(fj_rt_binding *b)
 	if (!b->ctx)
 		return;
 	if (b->vdims)
-		ARR_FREE(b->ctx, b->vdims, (size_t)b->nvalues * FJ_MAX_RANK);
+		FJ_RT_ARR_FREE(b->ctx, b->vdims, (size_t)b->nvalues * FJ_MAX_RANK);
 	if (b->vbytes)
-		ARR_FREE(b->ctx, b->vbytes, b->nvalues);
+		FJ_RT_ARR_FREE(b->ctx, b->vbytes, b->nvalues);
 	if (b->symval)
-		ARR_FREE(b->ctx, b->symval, b->nsyms);
+		FJ_RT_ARR_FREE(b->ctx, b->symval, b->nsyms);
 	memset(b, 0, sizeof *b);
 }
 
@@ -580,12 +566,12 @@ fj_status fj_rt_plan_init(fj_rt_plan *pl, fj_context *ctx, const fj_graph *g)
 	memset(pl, 0, sizeof *pl);
 	pl->ctx = ctx;
 	pl->nvalues = g->nvalues;
-	pl->last_use = ARR_ALLOC(ctx, g->nvalues, int32_t);
-	pl->out_pos = ARR_ALLOC(ctx, g->nvalues, int32_t);
-	pl->vbuf = ARR_ALLOC(ctx, g->nvalues, int32_t);
+	pl->last_use = FJ_RT_ARR_ALLOC(ctx, g->nvalues, int32_t);
+	pl->out_pos = FJ_RT_ARR_ALLOC(ctx, g->nvalues, int32_t);
+	pl->vbuf = FJ_RT_ARR_ALLOC(ctx, g->nvalues, int32_t);
 	if (!pl->last_use || !pl->out_pos || !pl->vbuf) {
 		fj_rt_plan_free(pl);
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	}
 	for (uint32_t v = 0; v < g->nvalues; v++)
 		pl->last_use[v] = pl->out_pos[v] = pl->vbuf[v] = -1;
@@ -609,14 +595,14 @@ void fj_rt_plan_free(fj_rt_plan *pl)
 	if (!ctx)
 		return;
 	if (pl->last_use)
-		ARR_FREE(ctx, pl->last_use, pl->nvalues);
+		FJ_RT_ARR_FREE(ctx, pl->last_use, pl->nvalues);
 	if (pl->out_pos)
-		ARR_FREE(ctx, pl->out_pos, pl->nvalues);
+		FJ_RT_ARR_FREE(ctx, pl->out_pos, pl->nvalues);
 	if (pl->vbuf)
-		ARR_FREE(ctx, pl->vbuf, pl->nvalues);
+		FJ_RT_ARR_FREE(ctx, pl->vbuf, pl->nvalues);
 	if (pl->cap_bufs) {
-		ARR_FREE(ctx, pl->bufsize, pl->cap_bufs);
-		ARR_FREE(ctx, pl->busy, pl->cap_bufs);
+		FJ_RT_ARR_FREE(ctx, pl->bufsize, pl->cap_bufs);
+		FJ_RT_ARR_FREE(ctx, pl->busy, pl->cap_bufs);
 	}
 	memset(pl, 0, sizeof *pl);
 }
@@ -627,20 +613,20 @@ static int32_t new_buffer(fj_rt_plan *pl, size_t need)
 	fj_context *ctx = pl->ctx;
 	if (pl->nbufs == pl->cap_bufs) {
 		uint32_t ncap = pl->cap_bufs ? pl->cap_bufs * 2 : 8;
-		size_t *ns = ARR_ALLOC(ctx, ncap, size_t);
-		bool *nbusy = ARR_ALLOC(ctx, ncap, bool);
+		size_t *ns = FJ_RT_ARR_ALLOC(ctx, ncap, size_t);
+		bool *nbusy = FJ_RT_ARR_ALLOC(ctx, ncap, bool);
 		if (!ns || !nbusy) {
 			if (ns)
-				ARR_FREE(ctx, ns, ncap);
+				FJ_RT_ARR_FREE(ctx, ns, ncap);
 			if (nbusy)
-				ARR_FREE(ctx, nbusy, ncap);
+				FJ_RT_ARR_FREE(ctx, nbusy, ncap);
 			return -1;
 		}
 		if (pl->cap_bufs) {
 			memcpy(ns, pl->bufsize, pl->nbufs * sizeof *ns);
 			memcpy(nbusy, pl->busy, pl->nbufs * sizeof *nbusy);
-			ARR_FREE(ctx, pl->bufsize, pl->cap_bufs);
-			ARR_FREE(ctx, pl->busy, pl->cap_bufs);
+			FJ_RT_ARR_FREE(ctx, pl->bufsize, pl->cap_bufs);
+			FJ_RT_ARR_FREE(ctx, pl->busy, pl->cap_bufs);
 		}
 		pl->bufsize = ns;
 		pl->busy = nbusy;
@@ -687,7 +673,7 @@ fj_status fj_rt_plan_make(fj_rt_plan *pl, const fj_graph *g, const size_t *vbyte
 				continue;
 			pl->vbuf[v] = take_buffer(pl, vbytes[v]);
 			if (pl->vbuf[v] < 0)
-				return oom(pl->ctx);
+				return fj_rt_oom(pl->ctx);
 		}
 		/* results nobody reads die at once */
 		for (uint32_t r = 0; r < n->nres; r++) {

@@ -94,4 +94,19 @@ void fj_rt_plan_free(fj_rt_plan *pl);
 /* Plans g's intermediate values of vbytes[v] bytes each. */
 fj_status fj_rt_plan_make(fj_rt_plan *pl, const fj_graph *g, const size_t *vbytes);
 
+/* Small helpers of the binder and the programs (binder.c, program.c):
+ * arrays of at least one element, the out-of-memory error, a value's name. */
+static inline size_t fj_rt_nz(size_t n) { return n ? n : 1; }
+#define FJ_RT_ARR_ALLOC(ctx, n, T) ((T *)fj_alloc((ctx), fj_rt_nz(n) * sizeof(T)))
+#define FJ_RT_ARR_FREE(ctx, p, n) fj_free((ctx), (p), fj_rt_nz(n) * sizeof *(p))
+static inline fj_status fj_rt_oom(fj_context *ctx)
+{
+	return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+}
+static inline const char *fj_rt_value_name(const fj_graph *g, fj_vid v)
+{
+	const char *n = g->values[v].name;
+	return n ? n : "?";
+}
+
 #endif

@@ -65,18 +65,6 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-	qsort(t, (size_t)n, sizeof *t, cmp_double);
-	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
 typedef struct copy_arg {
 	char *dst;
 	const char *src;
@@ -111,7 +99,7 @@ static fj_status host_copy_ms(fj_context *ctx, size_t bytes, int reps, double *t
 		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
 		times[r] = now_ms() - a;
 	}
-	*ms = median(times, reps);
+	*ms = fj_rt_median(times, reps);
 	fj_rt_aligned_free(src);
 	fj_rt_aligned_free(dst);
 	return FJ_OK;
@@ -154,7 +142,7 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 		times[r] = now_ms() - a;
 	}
 	if (st == FJ_OK) {
-		br->median_ms = median(times, reps);
+		br->median_ms = fj_rt_median(times, reps);
 		br->reps = reps;
 		st = host_copy_ms(ctx, br->bytes, reps, times, &br->copy_ms);
 	}

@@ -48,20 +48,6 @@ struct fj_rt_program {
 	size_t cap_ptrs, cap_argdims;
 };
 
-static inline size_t nz(size_t n) { return n ? n : 1; }
-#define ARR_ALLOC(ctx, n, T) ((T *)fj_alloc((ctx), nz(n) * sizeof(T)))
-#define ARR_FREE(ctx, p, n) fj_free((ctx), (p), nz(n) * sizeof *(p))
-
-static fj_status oom(fj_context *ctx)
-{
-	return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-}
-
-static const char *value_name(const fj_graph *g, fj_vid v)
-{
-	const char *n = g->values[v].name;
-	return n ? n : "?";
-}
 
 /* ---- creation ---- */
 
@@ -128,10 +114,10 @@ static fj_status list_extra_syms(fj_rt_program *p)
 	for (uint32_t i = 0; i < g->nnodes; i++)
 		nbody += g->nodes[i].body != NULL;
 	p->cap_xsyms = (size_t)nbody * fj_symbol_count(p->m);
-	p->xstart = ARR_ALLOC(ctx, (size_t)g->nnodes + 1, uint32_t);
-	p->xsyms = ARR_ALLOC(ctx, p->cap_xsyms, uint32_t);
+	p->xstart = FJ_RT_ARR_ALLOC(ctx, (size_t)g->nnodes + 1, uint32_t);
+	p->xsyms = FJ_RT_ARR_ALLOC(ctx, p->cap_xsyms, uint32_t);
 	if (!p->xstart || !p->xsyms)
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < g->nnodes; i++) {
 		p->xstart[i] = k;
@@ -144,10 +130,10 @@ static fj_status list_extra_syms(fj_rt_program *p)
 		k += n;
 	}
 	p->xstart[g->nnodes] = k;
-	p->io_nsums = ARR_ALLOC(ctx, g->nnodes, uint32_t);
-	p->io_col = ARR_ALLOC(ctx, g->nnodes, uint32_t);
+	p->io_nsums = FJ_RT_ARR_ALLOC(ctx, g->nnodes, uint32_t);
+	p->io_col = FJ_RT_ARR_ALLOC(ctx, g->nnodes, uint32_t);
 	if (!p->io_nsums || !p->io_col)
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	for (uint32_t i = 0; i < g->nnodes; i++) {
 		fj_status st = fj_rg_host_slots(ctx, g, i, &p->io_nsums[i], &p->io_col[i]);
 		if (st != FJ_OK)
@@ -185,11 +171,11 @@ static fj_status alloc_args(fj_rt_program *p)
 		if (nd > maxdims)
 			maxdims = nd;
 	}
-	p->ptrs = ARR_ALLOC(p->ctx, maxptrs, void *);
-	p->argdims = ARR_ALLOC(p->ctx, maxdims, int64_t);
+	p->ptrs = FJ_RT_ARR_ALLOC(p->ctx, maxptrs, void *);
+	p->argdims = FJ_RT_ARR_ALLOC(p->ctx, maxdims, int64_t);
 	p->cap_ptrs = maxptrs;
 	p->cap_argdims = maxdims;
-	return p->ptrs && p->argdims ? FJ_OK : oom(p->ctx);
+	return p->ptrs && p->argdims ? FJ_OK : fj_rt_oom(p->ctx);
 }
 
 /* Every node's per-node kernel (or region kernel), through the cache. */
@@ -199,13 +185,13 @@ static fj_status compile_nodes(fj_rt_program *p)
 	const fj_graph *g = p->g;
 	if (!g->nnodes)
 		return FJ_OK;
-	uint32_t *nodes = ARR_ALLOC(ctx, g->nnodes, uint32_t);
+	uint32_t *nodes = FJ_RT_ARR_ALLOC(ctx, g->nnodes, uint32_t);
 	if (!nodes)
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	for (uint32_t i = 0; i < g->nnodes; i++)
 		nodes[i] = i;
 	fj_status st = fj_host_compile_nodes(ctx, g, nodes, g->nnodes, p->kernels, &p->compiled);
-	ARR_FREE(ctx, nodes, g->nnodes);
+	FJ_RT_ARR_FREE(ctx, nodes, g->nnodes);
 	for (uint32_t i = 0; st == FJ_OK && i < g->nnodes; i++)
 		if (!p->kernels[i].fn)
 			st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, g->nodes[i].loc, "%s: no kernel for this op in this build",
@@ -217,9 +203,9 @@ static fj_status create(fj_rt_program *p)
 {
 	fj_context *ctx = p->ctx;
 	fj_graph *g = p->g;
-	p->kernels = ARR_ALLOC(ctx, g->nnodes, fj_host_kernel);
+	p->kernels = FJ_RT_ARR_ALLOC(ctx, g->nnodes, fj_host_kernel);
 	if (!p->kernels)
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	memset(p->kernels, 0, (g->nnodes ? g->nnodes : 1) * sizeof *p->kernels);
 	fj_status st = fj_rt_binding_init(&p->bind, ctx, g);
 	if (st == FJ_OK)
@@ -252,7 +238,7 @@ fj_status fj_rt_program_create(fj_context *ctx, fj_graph *g, fj_rt_program_kind 
 	*out = NULL;
 	fj_rt_program *p = fj_alloc(ctx, sizeof *p);
 	if (!p)
-		return oom(ctx);
+		return fj_rt_oom(ctx);
 	memset(p, 0, sizeof *p);
 	p->ctx = ctx;
 	p->g = g;
@@ -280,27 +266,27 @@ void fj_rt_program_destroy(fj_rt_program *p)
 	for (uint32_t b = 0; b < p->nbufs; b++)
 		fj_rt_aligned_free(p->bufs[b]);
 	if (p->cap_bufs) {
-		ARR_FREE(ctx, p->bufs, p->cap_bufs);
-		ARR_FREE(ctx, p->bufcap, p->cap_bufs);
+		FJ_RT_ARR_FREE(ctx, p->bufs, p->cap_bufs);
+		FJ_RT_ARR_FREE(ctx, p->bufcap, p->cap_bufs);
 	}
 	fj_rt_binding_free(&p->bind);
 	fj_rt_plan_free(&p->plan);
 	if (p->kernels)
-		ARR_FREE(ctx, p->kernels, p->nnodes);
+		FJ_RT_ARR_FREE(ctx, p->kernels, p->nnodes);
 	if (p->ptrs)
-		ARR_FREE(ctx, p->ptrs, p->cap_ptrs);
+		FJ_RT_ARR_FREE(ctx, p->ptrs, p->cap_ptrs);
 	if (p->argdims)
-		ARR_FREE(ctx, p->argdims, p->cap_argdims);
+		FJ_RT_ARR_FREE(ctx, p->argdims, p->cap_argdims);
 	if (p->xstart)
-		ARR_FREE(ctx, p->xstart, (size_t)p->nnodes + 1);
+		FJ_RT_ARR_FREE(ctx, p->xstart, (size_t)p->nnodes + 1);
 	if (p->io_nsums)
-		ARR_FREE(ctx, p->io_nsums, p->nnodes);
+		FJ_RT_ARR_FREE(ctx, p->io_nsums, p->nnodes);
 	if (p->io_col)
-		ARR_FREE(ctx, p->io_col, p->nnodes);
+		FJ_RT_ARR_FREE(ctx, p->io_col, p->nnodes);
 	if (p->ws)
 		fj_free(ctx, p->ws, p->ws_cap);
 	if (p->xsyms)
-		ARR_FREE(ctx, p->xsyms, p->cap_xsyms);
+		FJ_RT_ARR_FREE(ctx, p->xsyms, p->cap_xsyms);
 	fj_free(ctx, p, sizeof *p);
 }
 
@@ -347,22 +333,22 @@ static fj_status alloc_buffers(fj_rt_program *p)
 	const fj_rt_plan *pl = &p->plan;
 	if (pl->nbufs > p->cap_bufs) {
 		uint32_t ncap = pl->cap_bufs;
-		void **nb = ARR_ALLOC(ctx, ncap, void *);
-		size_t *nc = ARR_ALLOC(ctx, ncap, size_t);
+		void **nb = FJ_RT_ARR_ALLOC(ctx, ncap, void *);
+		size_t *nc = FJ_RT_ARR_ALLOC(ctx, ncap, size_t);
 		if (!nb || !nc) {
 			if (nb)
-				ARR_FREE(ctx, nb, ncap);
+				FJ_RT_ARR_FREE(ctx, nb, ncap);
 			if (nc)
-				ARR_FREE(ctx, nc, ncap);
-			return oom(ctx);
+				FJ_RT_ARR_FREE(ctx, nc, ncap);
+			return fj_rt_oom(ctx);
 		}
 		memset(nb, 0, ncap * sizeof *nb);
 		memset(nc, 0, ncap * sizeof *nc);
 		if (p->cap_bufs) {
 			memcpy(nb, p->bufs, p->nbufs * sizeof *nb);
 			memcpy(nc, p->bufcap, p->nbufs * sizeof *nc);
-			ARR_FREE(ctx, p->bufs, p->cap_bufs);
-			ARR_FREE(ctx, p->bufcap, p->cap_bufs);
+			FJ_RT_ARR_FREE(ctx, p->bufs, p->cap_bufs);
+			FJ_RT_ARR_FREE(ctx, p->bufcap, p->cap_bufs);
 		}
 		p->bufs = nb;
 		p->bufcap = nc;
@@ -444,7 +430,7 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 			ok = t->dims[k] == want[k];
 		if (!ok)
 			return fj_error_status(ctx, FJ_ERR_RUNTIME, (fj_loc){0},
-			                       "input %%%s does not have the shape it was bound with", value_name(g, v));
+			                       "input %%%s does not have the shape it was bound with", fj_rt_value_name(g, v));
 	}
 	for (uint32_t k = 0; k < g->nresults; k++) {
 		fj_vid v = g->results[k];
@@ -515,7 +501,7 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 			if (bytes > p->ws_cap) {
 				void *w = fj_alloc(ctx, bytes);
 				if (!w)
-					return oom(ctx);
+					return fj_rt_oom(ctx);
 				if (p->ws)
 					fj_free(ctx, p->ws, p->ws_cap);
 				p->ws = w;

@@ -443,18 +443,6 @@ fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj
 	return st;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-	qsort(t, (size_t)n, sizeof *t, cmp_double);
-	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
 /* One run of all kernels between events e0 and e1; *ms: its time. */
 static fj_status timed_launch(fj_rt_nvprog *p, void *e0, void *e1, float *ms)
 {
@@ -503,7 +491,7 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 			times[r] = ms;
 	}
 	if (st == FJ_OK) {
-		br->median_ms = median(times, reps);
+		br->median_ms = fj_rt_median(times, reps);
 		br->reps = reps;
 	}
 	/* the same-run copy baseline: bytes/2 device to device */
@@ -527,7 +515,7 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 				times[r - 3] = ms;
 		}
 		if (st == FJ_OK)
-			br->copy_ms = median(times, reps);
+			br->copy_ms = fj_rt_median(times, reps);
 	}
 	if (src)
 		p->dev.release(p->dev.ud, src);

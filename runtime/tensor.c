@@ -306,3 +306,15 @@ double fj_rt_l2_dist(const fj_rt_tensor *a, const fj_rt_tensor *b)
 	}
 	return sqrt(s);
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double fj_rt_median(double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_double);
+	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}

@@ -44,6 +44,8 @@ void fj_rt_tensor_free(fj_rt_tensor *t);
 /* Aligned raw buffers (64 bytes); n == 0 allocates one line. */
 void *fj_rt_aligned_alloc(size_t n);
 void fj_rt_aligned_free(void *p);
+/* Sorts t[0..n) (n > 0) and returns its median (--bench's statistic). */
+double fj_rt_median(double *t, int n);
 /* Same dtype and shape. */
 bool fj_rt_tensor_same_type(const fj_rt_tensor *a, const fj_rt_tensor *b);
 /* "f32[2,3]" */
