@@ -85,10 +85,20 @@ struct fj_program {
 	uint32_t nindex_dims;
 };
 
+/* Where device-resident saved values were last used on a caller's stream:
+ * an event behind that work (nvptx with events only). */
+typedef struct saved_fence {
+	void *ev;
+	void *stream;
+	bool pending;
+} saved_fence;
+
 struct fj_saved {
 	fj_program *p;
 	uint32_t n;
-	fj_rt_tensor *t;
+	fj_rt_tensor *t;       /* on_device: data is the device address */
+	bool on_device;
+	saved_fence *fence;    /* on_device: where they were last used */
 	const char **names;
 	int64_t *syms;   /* per symbol of p->m: the size the forward bound, or -1 */
 	uint32_t nsyms;
@@ -677,14 +687,21 @@ static fj_status input_tensor(const fj_program *p, const fj_tensor *t, size_t i,
 	return FJ_OK;
 }
 
-/* ---- running one graph ---- */
+/* ---- the instances ---- */
 
 /* Where result k of a graph run goes. */
 typedef struct out_slot {
 	fj_tensor *user;    /* the caller's descriptor, or NULL: keep in rt */
 	fj_rt_tensor rt;
 	bool scatter;       /* computed into a temporary, copied out to user */
+	bool device;        /* no user: kept in device memory (rt.data: the address), allocated by the run */
 } out_slot;
+
+/* What a graph's run is told besides its tensors. */
+typedef struct run_ctl {
+	void *stream;       /* the caller's stream, or NULL */
+	saved_fence *fence; /* device-resident saved values the run writes or reads, or NULL */
+} run_ctl;
 
 static fj_status acquire(fj_program *p, part *pt, inst **out)
 {
@@ -734,43 +751,80 @@ static fj_status bind(inst *i, const fj_graph *g, const fj_rt_tensor *const *in,
 	return FJ_OK;
 }
 
-/* Runs graph pt on in[0..nparams) into slots[0..nresults). in_dev[k] != 0:
- * input k is a CUDA tensor at that address (nvptx only). origin and dims:
- * the run options' (fj_rt_program_bind). syms (may be NULL): the sizes the
- * run bound, per symbol of p->m (-1: unused). */
-static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, const uint64_t *in_dev,
-                           out_slot *slots, const char *const *origin, const fj_rt_dimarg *dims, size_t ndims,
-                           int64_t *syms)
+/* ---- streams and device-resident saved values ---- */
+
+/* Whether the device leaves work queued when a call returns (events). */
+static bool device_queues(const fj_program *p) { return p->dev.event_create && p->dev.stream_wait; }
+
+/* Entered: the device's current stream waits for the saved values' last
+ * use on another stream. */
+static void destroy_fence(fj_program *p, saved_fence *f)
+{
+	if (f->ev)
+		p->dev.event_destroy(p->dev.ud, f->ev);
+	fj_free(p->ctx, f, sizeof *f);
+}
+
+static fj_status fence_wait(fj_program *p, const run_ctl *c)
+{
+	saved_fence *f = c->fence;
+	if (!f || !f->pending || f->stream == c->stream)
+		return FJ_OK;
+	p->dev.set_stream(p->dev.ud, c->stream);
+	return p->dev.stream_wait(p->dev.ud, f->ev);
+}
+
+/* Entered, after a run that used the saved values: an event behind it on
+ * the caller's stream (none on fusejit's own: that run was synchronised). */
+static fj_status fence_record(fj_program *p, const run_ctl *c)
+{
+	saved_fence *f = c->fence;
+	if (!f || !device_queues(p))
+		return FJ_OK;
+	f->pending = false;
+	if (!c->stream)
+		return FJ_OK;
+	p->dev.set_stream(p->dev.ud, c->stream);
+	fj_status st = f->ev ? FJ_OK : p->dev.event_create(p->dev.ud, &f->ev);
+	if (st == FJ_OK)
+		st = p->dev.event_record(p->dev.ud, f->ev);
+	f->pending = st == FJ_OK;
+	f->stream = c->stream;
+	return st;
+}
+
+/* Waits for the caller's stream on the host (before staging CUDA inputs). */
+static fj_status sync_stream(fj_program *p, void *stream)
+{
+	bool held;
+	fj_status st = enter_device(p, &held);
+	if (st == FJ_OK && p->dev.set_stream) {
+		p->dev.set_stream(p->dev.ud, stream);
+		st = p->dev.sync(p->dev.ud);
+	}
+	leave_device(p, held);
+	return st;
+}
+
+/* Entered: frees the device buffers of the device slots (a failed run). */
+static void release_device_slots(fj_program *p, const fj_graph *g, out_slot *slots)
+{
+	for (uint32_t k = 0; k < g->nresults; k++)
+		if (slots[k].device && slots[k].rt.data) {
+			p->dev.release(p->dev.ud, (uint64_t)(uintptr_t)slots[k].rt.data);
+			slots[k].rt.data = NULL;
+		}
+}
+
+/* ---- running one graph ---- */
+
+/* Entered, after the bind: where each result goes. outs[k]: a host buffer
+ * for the run (or none: allocated by it); out_dev[k]: a device address. */
+static fj_status place_outputs(fj_program *p, const inst *i, const fj_graph *g, out_slot *slots, fj_rt_tensor *outs,
+                               uint64_t *out_dev)
 {
 	fj_context *ctx = p->ctx;
-	const fj_graph *g = pt->g;
-	inst *i;
-	fj_status st = acquire(p, pt, &i);
-	if (st != FJ_OK)
-		return st;
-	bool held;
-	if ((st = enter_device(p, &held)) != FJ_OK) {
-		release(p, pt, i);
-		return st;
-	}
-	st = bind(i, g, in, origin, dims, ndims);
-	size_t nr = g->nresults ? g->nresults : 1;
-	fj_rt_tensor *outs = fj_alloc(ctx, nr * sizeof *outs);
-	uint64_t *out_dev = fj_alloc(ctx, nr * sizeof *out_dev); /* CUDA outputs' addresses, 0: host */
-	if (!outs || !out_dev) {
-		fj_free(ctx, outs, nr * sizeof *outs);
-		fj_free(ctx, out_dev, nr * sizeof *out_dev);
-		leave_device(p, held);
-		release(p, pt, i);
-		return oom(ctx);
-	}
-	memset(outs, 0, nr * sizeof *outs);
-	memset(out_dev, 0, nr * sizeof *out_dev);
-	for (uint32_t k = 0; k < g->nresults; k++)
-		if (!slots[k].user)
-			outs[k] = slots[k].rt;
-	/* the outputs' places */
-	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++) {
+	for (uint32_t k = 0; k < g->nresults; k++) {
 		fj_vid v = g->results[k];
 		const fj_value *val = &g->values[v];
 		int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
@@ -778,6 +832,22 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		out_slot *s = &slots[k];
 		memset(&outs[k], 0, sizeof outs[k]);
 		fj_tensor *u = s->user;
+		if (s->device) { /* a saved value kept on the device */
+			fj_rt_tensor *t = &s->rt;
+			memset(t, 0, sizeof *t);
+			t->dtype = val->type.dtype;
+			t->rank = rank;
+			memcpy(t->dims, want, (size_t)rank * sizeof *want);
+			fj_rt_nbytes(val->type.dtype, want, rank, &t->nbytes);
+			t->cap = t->nbytes;
+			uint64_t a = 0;
+			fj_status st = p->dev.alloc(p->dev.ud, t->nbytes, &a);
+			if (st != FJ_OK)
+				return st;
+			t->data = (void *)(uintptr_t)a;
+			out_dev[k] = a;
+			continue;
+		}
 		if (!u) {
 			outs[k] = s->rt; /* kept: reuse when the type matches */
 			continue;
@@ -790,11 +860,10 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 			char got[160], exp[160];
 			fj_rt_shape_str(u->sizes, u->rank < 0 || u->rank > FJ_MAX_DIMS ? 0 : u->rank, got, sizeof got);
 			fj_rt_shape_str(want, rank, exp, sizeof exp);
-			st = fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
-			                     "output %u: the caller's tensor is %s%s, the result is %s%s", k,
-			                     fj_scalar_type_name(u->dtype) ? fj_scalar_type_name(u->dtype) : "?", got,
-			                     fj_dtype_name(val->type.dtype), exp);
-			break;
+			return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+			                       "output %u: the caller's tensor is %s%s, the result is %s%s", k,
+			                       fj_scalar_type_name(u->dtype) ? fj_scalar_type_name(u->dtype) : "?", got,
+			                       fj_dtype_name(val->type.dtype), exp);
 		}
 		if (u->data && u->device == FJ_DEVICE_CUDA && is_dense(u)) { /* written on the device, in place */
 			out_dev[k] = (uint64_t)(uintptr_t)u->data;
@@ -813,16 +882,17 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 			s->scatter = u->data != NULL;
 		}
 	}
-	if (st == FJ_OK)
-		st = fj_rt_exec_run(i->rt, in, in_dev, outs, out_dev);
-	for (uint32_t k = 0; st == FJ_OK && syms && k < fj_symbol_count(p->m); k++)
-		syms[k] = fj_rt_exec_symbol(i->rt, k);
-	leave_device(p, held);
-	release(p, pt, i);
-	/* hand the results over */
-	for (uint32_t k = 0; outs && k < g->nresults; k++) {
+	return FJ_OK;
+}
+
+/* After the run (st its status): the results to the caller's descriptors. */
+static fj_status hand_over(fj_program *p, const fj_graph *g, out_slot *slots, fj_rt_tensor *outs, fj_status st)
+{
+	for (uint32_t k = 0; k < g->nresults; k++) {
 		out_slot *s = &slots[k];
 		fj_tensor *u = s->user;
+		if (s->device)
+			continue;
 		if (!u) {
 			s->rt = outs[k];
 			continue;
@@ -850,6 +920,61 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 		if (fresh)
 			fj_rt_aligned_free(outs[k].data);
 	}
+	return st;
+}
+
+/* Runs graph pt on in[0..nparams) into slots[0..nresults). in_dev[k] != 0:
+ * input k is a CUDA tensor at that address (nvptx only). origin and dims:
+ * the run options' (fj_rt_program_bind); c: the stream and saved values'
+ * fence. syms (may be NULL): the sizes the run bound, per symbol of p->m
+ * (-1: unused). */
+static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *in, const uint64_t *in_dev,
+                           out_slot *slots, const char *const *origin, const fj_rt_dimarg *dims, size_t ndims,
+                           const run_ctl *c, int64_t *syms)
+{
+	fj_context *ctx = p->ctx;
+	const fj_graph *g = pt->g;
+	inst *i;
+	fj_status st = acquire(p, pt, &i);
+	if (st != FJ_OK)
+		return st;
+	bool held;
+	if ((st = enter_device(p, &held)) != FJ_OK) {
+		release(p, pt, i);
+		return st;
+	}
+	fj_rt_exec_set_stream(i->rt, c->stream); /* every time: the instance is pooled */
+	st = fence_wait(p, c);
+	if (st == FJ_OK)
+		st = bind(i, g, in, origin, dims, ndims);
+	size_t nr = g->nresults ? g->nresults : 1;
+	fj_rt_tensor *outs = fj_alloc(ctx, nr * sizeof *outs);
+	uint64_t *out_dev = fj_alloc(ctx, nr * sizeof *out_dev); /* CUDA outputs' addresses, 0: host */
+	if (!outs || !out_dev) {
+		fj_free(ctx, outs, nr * sizeof *outs);
+		fj_free(ctx, out_dev, nr * sizeof *out_dev);
+		leave_device(p, held);
+		release(p, pt, i);
+		return oom(ctx);
+	}
+	memset(outs, 0, nr * sizeof *outs);
+	memset(out_dev, 0, nr * sizeof *out_dev);
+	for (uint32_t k = 0; k < g->nresults; k++)
+		if (!slots[k].user && !slots[k].device)
+			outs[k] = slots[k].rt;
+	if (st == FJ_OK)
+		st = place_outputs(p, i, g, slots, outs, out_dev);
+	if (st == FJ_OK)
+		st = fj_rt_exec_run(i->rt, in, in_dev, outs, out_dev);
+	if (st == FJ_OK)
+		st = fence_record(p, c);
+	if (st != FJ_OK)
+		release_device_slots(p, g, slots);
+	for (uint32_t k = 0; st == FJ_OK && syms && k < fj_symbol_count(p->m); k++)
+		syms[k] = fj_rt_exec_symbol(i->rt, k);
+	leave_device(p, held);
+	release(p, pt, i);
+	st = hand_over(p, g, slots, outs, st);
 	fj_free(ctx, outs, nr * sizeof *outs);
 	fj_free(ctx, out_dev, nr * sizeof *out_dev);
 	return st;
@@ -868,6 +993,8 @@ typedef struct run_scratch {
 	const char **origin;   /* per parameter: the run options' origins, or NULL */
 	fj_rt_dimarg *dims;    /* the run options' dims (the backward: then the forward's sizes) */
 	size_t ndims, dims_cap;
+	void *stream;          /* the run options' stream */
+	bool saved_dev;        /* the run options' saved_on_device */
 } run_scratch;
 
 static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *r)
@@ -882,6 +1009,8 @@ static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *
 	r->origin = fj_alloc(ctx, r->np * sizeof *r->origin);
 	r->dims = NULL;
 	r->ndims = r->dims_cap = 0;
+	r->stream = NULL;
+	r->saved_dev = false;
 	fj_status st = r->rin && r->pin && r->tmp && r->dev && r->slots && r->origin ? FJ_OK : oom(ctx);
 	if (r->origin)
 		memset(r->origin, 0, r->np * sizeof *r->origin);
@@ -917,6 +1046,8 @@ static fj_status scratch_options(fj_context *ctx, const fj_run_options *ro, size
 	fj_status st = fj_api_run_options(ctx, ro, &o);
 	for (size_t k = 0; st == FJ_OK && o.origins && k < n && off + k < r->np; k++)
 		r->origin[off + k] = o.origins[k];
+	r->stream = o.stream;
+	r->saved_dev = o.saved_on_device != 0;
 	if (st != FJ_OK || !o.ndims)
 		return st;
 	if (!o.dim_names || !o.dim_values)
@@ -970,6 +1101,33 @@ static fj_status convert_inputs(const fj_program *p, const fj_tensor *inputs, si
 	return FJ_OK;
 }
 
+/* The run options' stream: nvptx programs only. With one, CUDA inputs that
+ * are staged (strided, misaligned) are read once the stream's earlier work
+ * is done. */
+static fj_status check_stream(fj_program *p, const run_scratch *r, const fj_tensor *inputs, size_t n,
+                              const char *fn)
+{
+	if (!r->stream)
+		return FJ_OK;
+	if (p->ex != FJ_EXECUTOR_NVPTX)
+		return fj_error_status(p->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "%s: a stream (fj_run_options.stream) is for nvptx programs; this program runs on %s",
+		                       fn, p->ex == FJ_EXECUTOR_ATEN ? "aten" : "host");
+	for (size_t k = 0; k < n; k++)
+		if (inputs[k].device == FJ_DEVICE_CUDA && inputs[k].data && !is_dense(&inputs[k]))
+			return sync_stream(p, r->stream);
+	return FJ_OK;
+}
+
+/* A failed forward's device-resident saved values back to the device. */
+static void drop_device_slots(fj_program *p, const fj_graph *g, out_slot *slots)
+{
+	bool held;
+	if (enter_device(p, &held) == FJ_OK)
+		release_device_slots(p, g, slots);
+	leave_device(p, held);
+}
+
 static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_tensor *inputs, size_t ninputs,
                              fj_tensor *outputs, size_t noutputs, fj_saved **saved)
 {
@@ -992,17 +1150,30 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 	if (st == FJ_OK)
 		st = scratch_options(ctx, ro, ninputs, 0, &r);
 	if (st == FJ_OK)
+		st = check_stream(p, &r, inputs, ninputs, saved ? "fj_program_forward" : "fj_program_run");
+	if (st == FJ_OK)
 		st = convert_inputs(p, inputs, ninputs, FJ_ROLE_INPUT, &r, 0);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
+	bool on_dev = saved && r.saved_dev && p->ex == FJ_EXECUTOR_NVPTX;
+	for (uint32_t k = p->nout; st == FJ_OK && on_dev && k < g->nresults; k++)
+		slots[k].device = true;
+	saved_fence *fence = on_dev ? fj_alloc(ctx, sizeof *fence) : NULL;
+	if (st == FJ_OK && on_dev && !fence)
+		st = oom(ctx);
+	if (fence)
+		memset(fence, 0, sizeof *fence);
+	run_ctl c = {r.stream, fence};
 	uint32_t nsyms = fj_symbol_count(p->m);
 	int64_t *syms = saved ? fj_alloc(ctx, (nsyms ? nsyms : 1) * sizeof *syms) : NULL;
 	if (st == FJ_OK && saved && !syms)
 		st = oom(ctx);
 	if (st == FJ_OK)
-		st = run_graph(p, &p->main, r.pin, r.dev, slots, r.origin, r.dims, r.ndims, syms);
+		st = run_graph(p, &p->main, r.pin, r.dev, slots, r.origin, r.dims, r.ndims, &c, syms);
+	if (st != FJ_OK && on_dev)
+		drop_device_slots(p, g, slots);
 	fj_saved *s = NULL;
 	if (st == FJ_OK && saved) {
 		s = fj_alloc(ctx, sizeof *s);
@@ -1021,7 +1192,10 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 			s->names = names;
 			s->syms = syms;
 			s->nsyms = nsyms;
+			s->on_device = on_dev;
+			s->fence = fence;
 			syms = NULL;
+			fence = NULL;
 			for (uint32_t k = 0; k < p->nsaved; k++) {
 				t[k] = slots[p->nout + k].rt;
 				slots[p->nout + k].rt.data = NULL;
@@ -1033,6 +1207,8 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 		fj_rt_tensor_free(&slots[k].rt);
 	if (syms)
 		fj_free(ctx, syms, (nsyms ? nsyms : 1) * sizeof *syms);
+	if (fence) /* not handed over: a failed forward */
+		destroy_fence(p, fence);
 	scratch_free(ctx, &r);
 	if (saved)
 		*saved = s;
@@ -1091,15 +1267,20 @@ static fj_status run_backward(fj_program *p, const fj_run_options *ro, const fj_
 	if (st == FJ_OK)
 		st = scratch_options(ctx, ro, nt, saved->n, &r);
 	if (st == FJ_OK)
+		st = check_stream(p, &r, tangents, nt, "fj_program_backward");
+	if (st == FJ_OK)
 		st = saved_dims(ctx, saved, &r);
 	if (st == FJ_OK)
 		st = convert_inputs(p, tangents, nt, FJ_ROLE_TANGENT, &r, saved->n);
 	for (uint32_t k = 0; st == FJ_OK && k < g->nparams; k++)
 		r.pin[k] = k < saved->n ? &saved->t[k] : &r.rin[k];
+	for (uint32_t k = 0; st == FJ_OK && saved->on_device && k < saved->n; k++)
+		r.dev[k] = (uint64_t)(uintptr_t)saved->t[k].data; /* read in place */
+	run_ctl c = {r.stream, saved->on_device ? saved->fence : NULL};
 	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
 		r.slots[k].user = &grads[k];
 	if (st == FJ_OK)
-		st = run_graph(p, &p->bw, r.pin, r.dev, r.slots, r.origin, r.dims, r.ndims, NULL);
+		st = run_graph(p, &p->bw, r.pin, r.dev, r.slots, r.origin, r.dims, r.ndims, &c, NULL);
 	scratch_free(ctx, &r);
 	return st;
 }
@@ -1140,6 +1321,7 @@ fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_ten
 		view->dtype = (fj_scalar_type)t->dtype;
 		view->rank = t->rank;
 		memcpy(view->sizes, t->dims, (size_t)t->rank * sizeof *t->dims);
+		view->device = s->on_device ? FJ_DEVICE_CUDA : FJ_DEVICE_HOST;
 	}
 	return FJ_OK;
 }
@@ -1150,7 +1332,19 @@ void fj_saved_destroy(fj_saved *s)
 		return;
 	fj_context *ctx = s->p->ctx;
 	size_t n = s->n ? s->n : 1;
-	for (uint32_t k = 0; k < s->n; k++)
+	if (s->on_device) {
+		bool held;
+		if (enter_device(s->p, &held) == FJ_OK) {
+			if (s->fence->pending) /* the work queued on them first */
+				s->p->dev.event_sync(s->p->dev.ud, s->fence->ev);
+			for (uint32_t k = 0; k < s->n; k++)
+				if (s->t[k].data)
+					s->p->dev.release(s->p->dev.ud, (uint64_t)(uintptr_t)s->t[k].data);
+			leave_device(s->p, held);
+		}
+		destroy_fence(s->p, s->fence);
+	}
+	for (uint32_t k = 0; k < s->n && !s->on_device; k++)
 		fj_rt_tensor_free(&s->t[k]);
 	fj_free(ctx, s->t, n * sizeof *s->t);
 	fj_free(ctx, s->names, n * sizeof *s->names);
@@ -1217,6 +1411,10 @@ fj_status fj_api_program_with(fj_program *p, const fj_api_use *u, fj_api_inst_fn
 		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0}, "the program was not compiled for training");
 	if (u->backward && (!u->saved || u->saved->p != p))
 		return fj_api_arg_error(ctx, "fj_program_bench", "saved values of a forward run of this program needed");
+	if (u->backward && u->saved->on_device)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "fj_program_bench: the saved values are in device memory (saved_on_device); "
+		                       "bench the backward with host ones");
 	const fj_graph *g = pt->g;
 	size_t off = u->backward ? u->saved->n : 0;
 	fj_value_role role = u->backward ? FJ_ROLE_TANGENT : FJ_ROLE_INPUT;
@@ -1243,6 +1441,8 @@ fj_status fj_api_program_with(fj_program *p, const fj_api_use *u, fj_api_inst_fn
 	if (st == FJ_OK && (st = acquire(p, pt, &i)) == FJ_OK && !u->shapes_only &&
 	    (st = enter_device(p, &held)) != FJ_OK)
 		release(p, pt, i);
+	if (st == FJ_OK && !u->shapes_only)
+		fj_rt_exec_set_stream(i->rt, NULL); /* fusejit's own stream */
 	if (st == FJ_OK) {
 		bool idx = !u->backward && p->index_dims && p->nindex_dims == g->nparams;
 		fj_api_inst v = {g, i->rt, r.pin, r.origin, r.dims, r.ndims, idx ? p->index_dims : NULL};

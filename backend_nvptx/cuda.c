@@ -173,10 +173,13 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 	LOAD(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL);
 	LOAD(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL);
 	LOAD(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL);
+	LOAD(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL);
+	LOAD(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL);
 	LOAD(cuMemsetD8Async, "cuMemsetD8Async", NULL);
 	LOAD(cuStreamCreate, "cuStreamCreate", NULL);
 	LOAD(cuStreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
 	LOAD(cuStreamSynchronize, "cuStreamSynchronize", NULL);
+	LOAD(cuStreamWaitEvent, "cuStreamWaitEvent", NULL);
 	LOAD(cuEventCreate, "cuEventCreate", NULL);
 	LOAD(cuEventRecord, "cuEventRecord", NULL);
 	LOAD(cuEventSynchronize, "cuEventSynchronize", NULL);
@@ -207,6 +210,7 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 		goto out;
 	if ((st = FJ_CU(cu, cuStreamCreate(&cu->stream, 1 /* CU_STREAM_NON_BLOCKING */))) != FJ_OK)
 		goto out;
+	cu->cur = cu->stream;
 	if (cu->cc_major < 8) {
 		return fail(cu, "CUDA GPU %s (sm_%d%d) is too old: fusejit's NVPTX backend needs sm_80 or newer",
 		            cu->name, cu->cc_major, cu->cc_minor);
@@ -375,12 +379,18 @@ fj_status fj_cu_htod(fj_cu *cu, fj_cu_dptr dst, const void *src, size_t n)
 {
 	if (!n)
 		return FJ_OK;
+	if (cu->cur != cu->stream)
+		return FJ_CU(cu, cuMemcpyHtoDAsync(dst, src, n, cu->cur));
 	fj_status st = FJ_CU(cu, cuStreamSynchronize(cu->stream));
 	return st ? st : FJ_CU(cu, cuMemcpyHtoD(dst, src, n));
 }
 
 fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n)
 {
+	if (cu->cur != cu->stream) {
+		fj_status st = n ? FJ_CU(cu, cuMemcpyDtoHAsync(dst, src, n, cu->cur)) : FJ_OK;
+		return st ? st : FJ_CU(cu, cuStreamSynchronize(cu->cur));
+	}
 	fj_status st = FJ_CU(cu, cuStreamSynchronize(cu->stream));
 	if (st || !n)
 		return st;
@@ -389,18 +399,20 @@ fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n)
 
 fj_status fj_cu_dtod(fj_cu *cu, fj_cu_dptr dst, fj_cu_dptr src, size_t n)
 {
-	return n ? FJ_CU(cu, cuMemcpyDtoDAsync(dst, src, n, cu->stream)) : FJ_OK;
+	return n ? FJ_CU(cu, cuMemcpyDtoDAsync(dst, src, n, cu->cur)) : FJ_OK;
 }
 
 fj_status fj_cu_memset0(fj_cu *cu, fj_cu_dptr dst, size_t n)
 {
-	return n ? FJ_CU(cu, cuMemsetD8Async(dst, 0, n, cu->stream)) : FJ_OK;
+	return n ? FJ_CU(cu, cuMemsetD8Async(dst, 0, n, cu->cur)) : FJ_OK;
 }
 
 fj_status fj_cu_sync(fj_cu *cu)
 {
-	return FJ_CU(cu, cuStreamSynchronize(cu->stream));
+	return FJ_CU(cu, cuStreamSynchronize(cu->cur));
 }
+
+void fj_cu_set_stream(fj_cu *cu, void *stream) { cu->cur = stream ? stream : cu->stream; }
 
 /* ---- modules and launches ---- */
 
@@ -441,7 +453,7 @@ fj_status fj_cu_launch(fj_cu *cu, void *fn, unsigned grid, unsigned block, unsig
 		if (st)
 			return st;
 	}
-	return FJ_CU(cu, cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, cu->stream, params, NULL));
+	return FJ_CU(cu, cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, cu->cur, params, NULL));
 }
 
 fj_status fj_cu_event_create(fj_cu *cu, void **ev)
@@ -451,7 +463,7 @@ fj_status fj_cu_event_create(fj_cu *cu, void **ev)
 
 fj_status fj_cu_event_record(fj_cu *cu, void *ev)
 {
-	return FJ_CU(cu, cuEventRecord(ev, cu->stream));
+	return FJ_CU(cu, cuEventRecord(ev, cu->cur));
 }
 
 fj_status fj_cu_event_elapsed(fj_cu *cu, void *start, void *end, float *ms)
@@ -464,4 +476,14 @@ void fj_cu_event_destroy(fj_cu *cu, void *ev)
 {
 	if (ev)
 		cu->api.cuEventDestroy(ev);
+}
+
+fj_status fj_cu_event_sync(fj_cu *cu, void *ev)
+{
+	return FJ_CU(cu, cuEventSynchronize(ev));
+}
+
+fj_status fj_cu_stream_wait(fj_cu *cu, void *ev)
+{
+	return FJ_CU(cu, cuStreamWaitEvent(cu->cur, ev, 0));
 }

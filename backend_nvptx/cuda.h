@@ -47,10 +47,13 @@ typedef struct fj_cu_api {
 	fj_cu_result (*cuMemcpyHtoD)(fj_cu_dptr, const void *, size_t); /* _v2 */
 	fj_cu_result (*cuMemcpyDtoH)(void *, fj_cu_dptr, size_t);    /* _v2 */
 	fj_cu_result (*cuMemcpyDtoDAsync)(fj_cu_dptr, fj_cu_dptr, size_t, void *); /* _v2 */
+	fj_cu_result (*cuMemcpyHtoDAsync)(fj_cu_dptr, const void *, size_t, void *); /* _v2 */
+	fj_cu_result (*cuMemcpyDtoHAsync)(void *, fj_cu_dptr, size_t, void *);       /* _v2 */
 	fj_cu_result (*cuMemsetD8Async)(fj_cu_dptr, unsigned char, size_t, void *);
 	fj_cu_result (*cuStreamCreate)(void **, unsigned);
 	fj_cu_result (*cuStreamDestroy)(void *);                     /* _v2 */
 	fj_cu_result (*cuStreamSynchronize)(void *);
+	fj_cu_result (*cuStreamWaitEvent)(void *, void *, unsigned);
 	fj_cu_result (*cuEventCreate)(void **, unsigned);
 	fj_cu_result (*cuEventRecord)(void *, void *);
 	fj_cu_result (*cuEventSynchronize)(void *);
@@ -71,7 +74,8 @@ typedef struct fj_cu {
 	int driver_version;
 	int device;
 	void *cuctx;       /* the primary context */
-	void *stream;
+	void *stream;      /* fusejit's own (non-blocking) stream */
+	void *cur;         /* where queued work goes: stream, or a caller's (fj_cu_set_stream) */
 	int cc_major, cc_minor, sm_count;
 	char name[128];
 	fj_cu_block *blocks; /* the caching allocator's blocks */
@@ -105,11 +109,17 @@ bool fj_cu_usable(fj_context *ctx);
  * the driver on out-of-memory and at the end). */
 fj_status fj_cu_alloc(fj_cu *cu, size_t n, fj_cu_dptr *out);
 void fj_cu_release(fj_cu *cu, fj_cu_dptr p);
+/* On fusejit's own stream: synchronised, then a synchronous copy. On a
+ * caller's stream: queued on it (the driver stages pageable memory), and
+ * dtoh then synchronises that stream (the data is there on return). */
 fj_status fj_cu_htod(fj_cu *cu, fj_cu_dptr dst, const void *src, size_t n);
 fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n);
 fj_status fj_cu_dtod(fj_cu *cu, fj_cu_dptr dst, fj_cu_dptr src, size_t n); /* on the stream */
 fj_status fj_cu_memset0(fj_cu *cu, fj_cu_dptr dst, size_t n);            /* on the stream */
 fj_status fj_cu_sync(fj_cu *cu);
+/* The stream the copies, launches and events above use from now on: a
+ * caller's CUstream (of the primary context), or NULL for fusejit's own. */
+void fj_cu_set_stream(fj_cu *cu, void *stream);
 
 /* Modules: PTX -> module, with the JIT's error log in the diagnostic. */
 fj_status fj_cu_module_load(fj_cu *cu, const char *ptx, void **mod);
@@ -121,5 +131,8 @@ fj_status fj_cu_event_create(fj_cu *cu, void **ev);
 fj_status fj_cu_event_record(fj_cu *cu, void *ev);
 fj_status fj_cu_event_elapsed(fj_cu *cu, void *start, void *end, float *ms);
 void fj_cu_event_destroy(fj_cu *cu, void *ev);
+/* Ordering across streams: the host waits for ev; the current stream waits for ev. */
+fj_status fj_cu_event_sync(fj_cu *cu, void *ev);
+fj_status fj_cu_stream_wait(fj_cu *cu, void *ev);
 
 #endif

@@ -41,6 +41,9 @@ static fj_status cu_sync(void *ud) { return fj_cu_sync(ud); }
 static fj_status cu_event_create(void *ud, void **ev) { return fj_cu_event_create(ud, ev); }
 static fj_status cu_event_record(void *ud, void *ev) { return fj_cu_event_record(ud, ev); }
 static void cu_event_destroy(void *ud, void *ev) { fj_cu_event_destroy(ud, ev); }
+static void cu_set_stream(void *ud, void *stream) { fj_cu_set_stream(ud, stream); }
+static fj_status cu_event_sync(void *ud, void *ev) { return fj_cu_event_sync(ud, ev); }
+static fj_status cu_stream_wait(void *ud, void *ev) { return fj_cu_stream_wait(ud, ev); }
 
 static fj_status cu_event_elapsed(void *ud, void *e0, void *e1, float *ms)
 {
@@ -107,6 +110,7 @@ static fj_status cu_enter(void *ud)
 static void cu_leave(void *ud)
 {
 	fj_cu *cu = ud;
+	fj_cu_set_stream(cu, NULL);
 	fj_nvptx_leave(cu->ctx);
 }
 
@@ -128,8 +132,8 @@ fj_status fj_nvptx_cuda_device(fj_context *ctx, fj_nvptx_device *out)
 		.ud = cu, .name = cu->name, .target = sm, .alloc = cu_alloc, .release = cu_release, .htod = cu_htod,
 		.dtoh = cu_dtoh, .dtod = cu_dtod, .memset0 = cu_memset0, .sync = cu_sync, .prepare = cu_prepare,
 		.launch = cu_launch, .event_create = cu_event_create, .event_record = cu_event_record,
-		.event_elapsed = cu_event_elapsed, .event_destroy = cu_event_destroy, .enter = cu_enter,
-		.leave = cu_leave,
+		.event_elapsed = cu_event_elapsed, .event_destroy = cu_event_destroy, .set_stream = cu_set_stream,
+		.event_sync = cu_event_sync, .stream_wait = cu_stream_wait, .enter = cu_enter, .leave = cu_leave,
 	};
 	return FJ_OK;
 }

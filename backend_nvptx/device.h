@@ -9,7 +9,15 @@
  * value: every copy shares the one `ud`, which fj_nvptx_device_close frees
  * (the emulator) or leaves to the context (the CUDA driver, one per context).
  *
- * Threads: a device's state (the caching allocator, the one stream, the
+ * Streams: queued work (copies, launches, events) goes to the device's
+ * current stream: its own (the default), or a caller's CUstream set with
+ * set_stream between enter and leave (leave goes back to its own). On a
+ * caller's stream htod is queued, and dtoh and sync wait for that stream.
+ * A device without event entries (the emulator) runs everything
+ * synchronously: a caller's stream there is only a token, and no work is
+ * ever outstanding when a call returns.
+ *
+ * Threads: a device's state (the caching allocator, the current stream, the
  * emulator's shared memory) is not thread-safe. A caller that may share it
  * between threads brackets each bind, run and free with enter/leave, which
  * also make the CUDA primary context current on the calling thread. */
@@ -43,6 +51,12 @@ typedef struct fj_nvptx_device {
 	fj_status (*event_record)(void *ud, void *ev);
 	fj_status (*event_elapsed)(void *ud, void *start, void *end, float *ms); /* waits for end */
 	void (*event_destroy)(void *ud, void *ev);
+	/* streams (see above): the current stream (NULL: the device's own); the
+	 * host waits for ev; the current stream waits for ev (NULL entries on
+	 * the emulator, which has no events) */
+	void (*set_stream)(void *ud, void *stream);
+	fj_status (*event_sync)(void *ud, void *ev);
+	fj_status (*stream_wait)(void *ud, void *ev);
 	/* several threads: see above; leave only after an enter that succeeded */
 	fj_status (*enter)(void *ud);
 	void (*leave)(void *ud);

@@ -353,6 +353,8 @@ static fj_status d_memset0(void *ud, uint64_t d, size_t n)
 	return FJ_OK;
 }
 static fj_status d_sync(void *ud) { (void)ud; return FJ_OK; }
+/* a caller's stream is a token: every call has finished when it returns */
+static void d_set_stream(void *ud, void *stream) { (void)ud; (void)stream; }
 
 static fj_status prepare_locked(fj_nvptx_emu *e, const fj_graph *g, uint32_t node, emu_kernel **out)
 {
@@ -563,6 +565,6 @@ fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e)
 	return (fj_nvptx_device){
 		.ud = e, .name = "host emulator", .target = "emu", .emulated = true, .alloc = d_alloc,
 		.release = d_release, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
-		.prepare = d_prepare, .launch = d_launch, .enter = d_enter, .leave = d_leave,
+		.prepare = d_prepare, .launch = d_launch, .set_stream = d_set_stream, .enter = d_enter, .leave = d_leave,
 	};
 }

@@ -23,7 +23,8 @@ typedef struct fj_nvptx_emu fj_nvptx_emu;
 fj_status fj_nvptx_emu_create(fj_context *ctx, fj_nvptx_emu **out);
 void fj_nvptx_emu_destroy(fj_nvptx_emu *e);
 /* The emulator as a GPU device (device.h): no events (no --bench), no dtod
- * (copies are staged through the host); enter/leave let one caller at a
+ * (copies are staged through the host), synchronous (a caller's stream is
+ * accepted and changes nothing); enter/leave let one caller at a
  * time run (the kernels' shared memory is one global per module). e must
  * outlive the device's users; fj_nvptx_device_open's copy frees e on close. */
 fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e);

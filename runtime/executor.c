@@ -204,6 +204,7 @@ static fj_status nvptx_bench(void *prog, const fj_rt_tensor *const *inputs, fj_r
 }
 
 static void nvptx_free(void *prog) { fj_rt_nvptx_destroy(prog); }
+static void nvptx_set_stream(void *prog, void *stream) { fj_rt_nvptx_set_stream(prog, stream); }
 static const fj_rt_binding *nvptx_binding(const void *prog) { return fj_rt_nvptx_binding(prog); }
 
 static void nvptx_info(const void *prog, fj_rt_exec_info *out)
@@ -217,7 +218,7 @@ static void nvptx_info(const void *prog, fj_rt_exec_info *out)
 const fj_rt_executor fj_rt_nvptx_executor = {
 	.name = "nvptx", .supports = nvptx_supports, .compile = nvptx_compile, .bind = nvptx_bind,
 	.run = nvptx_run, .bench = nvptx_bench, .free = nvptx_free, .binding = nvptx_binding,
-	.info = nvptx_info,
+	.info = nvptx_info, .set_stream = nvptx_set_stream,
 };
 
 /* ---- the calls ---- */
@@ -266,6 +267,12 @@ fj_status fj_rt_exec_bind(fj_rt_exec *e, const fj_rt_tensor *const *inputs, cons
                           const fj_rt_dimarg *dims, size_t ndims)
 {
 	return e->ex->bind(e->prog, inputs, origin, dims, ndims);
+}
+
+void fj_rt_exec_set_stream(fj_rt_exec *e, void *stream)
+{
+	if (e->ex->set_stream)
+		e->ex->set_stream(e->prog, stream);
 }
 
 fj_status fj_rt_exec_run(fj_rt_exec *e, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,

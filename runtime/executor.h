@@ -71,6 +71,10 @@ typedef struct fj_rt_executor {
 	/* The binding of the graph given to compile. */
 	const fj_rt_binding *(*binding)(const void *prog);
 	void (*info)(const void *prog, fj_rt_exec_info *out);
+	/* nvptx: the caller's stream for the next binds, runs and benches
+	 * (fj_rt_nvptx_set_stream; NULL: the device's own); NULL entry for
+	 * executors without a device */
+	void (*set_stream)(void *prog, void *stream);
 } fj_rt_executor;
 
 extern const fj_rt_executor fj_rt_aten_executor, fj_rt_host_executor, fj_rt_nvptx_executor;
@@ -95,6 +99,8 @@ fj_status fj_rt_exec_bind(fj_rt_exec *e, const fj_rt_tensor *const *inputs, cons
                           const fj_rt_dimarg *dims, size_t ndims);
 fj_status fj_rt_exec_run(fj_rt_exec *e, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
                          fj_rt_tensor *outputs, const uint64_t *out_dev);
+/* The stream of e's next binds, runs and benches (executors without one ignore it). */
+void fj_rt_exec_set_stream(fj_rt_exec *e, void *stream);
 fj_status fj_rt_exec_bench(fj_rt_exec *e, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs, int reps,
                            fj_rt_bench *out);
 /* After a successful bind: the shape of value v of the graph, and symbol s's

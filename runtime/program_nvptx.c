@@ -10,7 +10,17 @@
  * sizes from a slice of one device array of i64 (uploaded at bind) and ORs
  * its errors into a slot of a status array (zeroed before a run, read back
  * after it only when a region can fail: indexing, amax/amin/argmax/argmin).
- * Launches go, in node order, on the device's one stream. */
+ * Launches go, in node order, on the device's current stream: its own, or
+ * the caller's (fj_rt_nvptx_set_stream).
+ *
+ * Streams and the caching allocator: a run on the caller's stream that
+ * does not synchronise it (every input and output in device memory) leaves
+ * its work queued behind an event (`done`). A later run of p on another
+ * stream makes that stream wait for the event (the GPU waits, not the
+ * host); before p's buffers go back to the device's allocator (a new bind,
+ * destroy) the host waits for it, so no block is reused by other work
+ * while a queued launch may still touch it. A device without events (the
+ * emulator) is synchronous: nothing is ever left queued. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +60,11 @@ struct fj_rt_nvprog {
 	uint32_t npbuf;
 	uint64_t dims, status;
 	bool may_fail;
+	/* streams (see the top) */
+	void *stream;            /* the caller's stream for the next bind and runs; NULL: the device's own */
+	void *done;              /* an event behind the last run queued on a caller's stream, or NULL */
+	void *done_stream;       /* the stream it was recorded on */
+	bool pending;            /* that run may still be queued */
 };
 
 static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
@@ -159,8 +174,52 @@ fj_status fj_rt_nvptx_create_on(fj_context *ctx, const fj_graph *g, const fj_nvp
 	return FJ_OK;
 }
 
+/* ---- streams ---- */
+
+void fj_rt_nvptx_set_stream(fj_rt_nvprog *p, void *stream) { p->stream = stream; }
+
+/* Whether work stays queued after a call returns (the device has events). */
+static bool queues(const fj_rt_nvprog *p) { return p->dev.event_create && p->dev.stream_wait && p->dev.event_sync; }
+
+/* Points the device at p's stream; a run of p still queued on another
+ * stream is waited for there, on the device. */
+static fj_status use_stream(fj_rt_nvprog *p)
+{
+	if (p->dev.set_stream)
+		p->dev.set_stream(p->dev.ud, p->stream);
+	if (!p->pending || p->done_stream == p->stream)
+		return FJ_OK;
+	return p->dev.stream_wait(p->dev.ud, p->done);
+}
+
+/* After a run on the caller's stream: an event behind its work. After a
+ * run on the device's own stream (synchronised, and ordered after any
+ * earlier run's event): nothing is queued. */
+static fj_status fence(fj_rt_nvprog *p)
+{
+	if (!p->stream || !queues(p)) {
+		p->pending = false;
+		return FJ_OK;
+	}
+	fj_status st = p->done ? FJ_OK : p->dev.event_create(p->dev.ud, &p->done);
+	if (st == FJ_OK)
+		st = p->dev.event_record(p->dev.ud, p->done);
+	p->pending = st == FJ_OK;
+	p->done_stream = p->stream;
+	return st;
+}
+
+/* The host waits for p's queued work: its buffers may then be reused. */
+static void drain(fj_rt_nvprog *p)
+{
+	if (p->pending)
+		p->dev.event_sync(p->dev.ud, p->done);
+	p->pending = false;
+}
+
 static void release_buffers(fj_rt_nvprog *p)
 {
+	drain(p);
 	for (uint32_t v = 0; p->own && v < p->g->nvalues; v++)
 		if (p->own[v]) {
 			p->dev.release(p->dev.ud, p->own[v]);
@@ -192,6 +251,9 @@ void fj_rt_nvptx_destroy(fj_rt_nvprog *p)
 		return;
 	if (p->g)
 		release_buffers(p);
+	drain(p);
+	if (p->done)
+		p->dev.event_destroy(p->dev.ud, p->done);
 	for (uint32_t q = 0; p->kern && q < p->nkern; q++)
 		free(p->kern[q].xsyms);
 	free(p->kern);
@@ -328,9 +390,11 @@ fj_status fj_rt_nvptx_bind(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, c
                            const fj_rt_dimarg *dims, size_t ndims)
 {
 	p->bound = false;
+	fj_status st = use_stream(p); /* the sizes' upload is queued there */
 	release_buffers(p);
 	size_t ndims_total = 0;
-	fj_status st = fj_rt_binding_bind(&p->bind, inputs, origin, dims, ndims);
+	if (st == FJ_OK)
+		st = fj_rt_binding_bind(&p->bind, inputs, origin, dims, ndims);
 	if (st == FJ_OK)
 		st = eval_values(p);
 	if (st == FJ_OK)
@@ -416,31 +480,7 @@ static void store_literal(fj_rt_tensor *t, const fj_literal *lit)
 
 fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs)
 {
-	if (!p->bound)
-		return fj_error_status(p->ctx, FJ_ERR_INVALID, (fj_loc){0}, "nvptx: run before bind");
-	fj_status st = upload(p, inputs);
-	if (st == FJ_OK)
-		st = launch_all(p);
-	if (st == FJ_OK)
-		st = p->dev.sync(p->dev.ud);
-	if (st == FJ_OK)
-		st = check_status(p);
-	const fj_graph *g = p->g;
-	for (uint32_t k = 0; k < g->nresults && st == FJ_OK; k++) {
-		fj_vid v = g->results[k];
-		const fj_value *val = &g->values[v];
-		st = fj_rt_tensor_reshape(p->ctx, &outputs[k], val->type.dtype, val->type.rank,
-		                          &p->vdims[(size_t)v * FJ_MAX_RANK]);
-		if (st != FJ_OK)
-			break;
-		if (val->kind == FJ_VK_LITERAL)
-			store_literal(&outputs[k], &val->lit);
-		else if (val->kind == FJ_VK_PARAM)
-			memcpy(outputs[k].data, inputs[val->def]->data, outputs[k].nbytes);
-		else
-			st = p->dev.dtoh(p->dev.ud, outputs[k].data, p->vbuf[v], outputs[k].nbytes);
-	}
-	return st;
+	return fj_rt_nvptx_run_dev(p, inputs, NULL, outputs, NULL);
 }
 
 /* One run of all kernels between events e0 and e1; *ms: its time. */
@@ -469,7 +509,9 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 		bytes += g->values[g->results[k]].kind == FJ_VK_LITERAL ? 0 : p->vbytes[g->results[k]];
 	br->bytes = bytes;
 	void *e0 = NULL, *e1 = NULL;
-	fj_status st = upload(p, inputs);
+	fj_status st = use_stream(p);
+	if (st == FJ_OK)
+		st = upload(p, inputs);
 	if (st == FJ_OK)
 		st = p->dev.event_create(p->dev.ud, &e0);
 	if (st == FJ_OK)
@@ -526,6 +568,10 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 	if (e1)
 		p->dev.event_destroy(p->dev.ud, e1);
 	free(times);
+	if (st == FJ_OK)
+		st = p->dev.sync(p->dev.ud);
+	if (st == FJ_OK)
+		st = fence(p);
 	return st;
 }
 
@@ -587,6 +633,19 @@ static void redirect_buffers(fj_rt_nvprog *p, const uint64_t *in_dev, const uint
 	}
 }
 
+/* Whether every parameter and result is in the caller's device memory. */
+static bool all_on_device(const fj_rt_nvprog *p, const uint64_t *in_dev, const uint64_t *out_dev)
+{
+	const fj_graph *g = p->g;
+	for (uint32_t i = 0; i < g->nparams; i++)
+		if (!in_dev || !in_dev[i])
+			return false;
+	for (uint32_t k = 0; k < g->nresults; k++)
+		if (!out_dev || !out_dev[k])
+			return false;
+	return true;
+}
+
 fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
                               fj_rt_tensor *outputs, const uint64_t *out_dev)
 {
@@ -599,20 +658,26 @@ fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs
 		return oom(p->ctx);
 	memcpy(saved, p->vbuf, nv * sizeof *saved);
 	redirect_buffers(p, in_dev, out_dev, saved);
-	fj_status st = FJ_OK;
+	/* on the caller's stream with nothing on the host, nothing waits (unless
+	 * a kernel may report an error: its flags are read back) */
+	bool async = p->stream && !p->may_fail && all_on_device(p, in_dev, out_dev);
+	fj_status st = use_stream(p);
 	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
 		if (!(in_dev && in_dev[i]))
 			st = p->dev.htod(p->dev.ud, p->vbuf[g->params[i]], inputs[i]->data, p->vbytes[g->params[i]]);
 	if (st == FJ_OK)
 		st = launch_all(p);
-	if (st == FJ_OK)
+	if (st == FJ_OK && !async)
 		st = p->dev.sync(p->dev.ud);
 	if (st == FJ_OK)
 		st = check_status(p);
 	for (uint32_t k = 0; k < g->nresults && st == FJ_OK; k++)
 		st = place_result(p, k, inputs, in_dev, &outputs[k], out_dev ? out_dev[k] : 0);
-	if (st == FJ_OK && out_dev)
-		st = p->dev.sync(p->dev.ud); /* the device-to-device copies are queued on the stream */
+	if (st == FJ_OK && !async && (out_dev || p->stream))
+		st = p->dev.sync(p->dev.ud); /* the device-to-device copies, and uploads from the caller's memory */
+	fj_status fst = fence(p);
+	if (st == FJ_OK)
+		st = fst;
 	memcpy(p->vbuf, saved, nv * sizeof *saved);
 	free(saved);
 	return st;

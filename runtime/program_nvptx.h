@@ -59,6 +59,18 @@ fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj
 fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, const uint64_t *in_dev,
                               fj_rt_tensor *outputs, const uint64_t *out_dev);
 
+/* The stream p's next binds, runs and benches queue their work on: a
+ * caller's stream (a CUstream of the device's primary context; on the
+ * emulator any non-NULL token), or NULL for the device's own. Set it on
+ * every use: a pooled program keeps the last one. On the caller's stream
+ * a run whose parameters and results are all in device memory (in_dev,
+ * out_dev) returns without synchronising, unless a kernel may report an
+ * error (indexing, argmax ...); any other run synchronises that stream
+ * before returning. Work of p still queued on one stream is waited for by
+ * the next run on another (on the device), and by the host before p's
+ * buffers return to the device's allocator (bind, destroy). */
+void fj_rt_nvptx_set_stream(fj_rt_nvprog *p, void *stream);
+
 /* IR.md §5 --bench on the device: the median of the launches alone (inputs
  * uploaded once, outputs on the device), timed with events, and the same-run
  * device-to-device copy of bytes/2 (bytes = inputs + outputs). */

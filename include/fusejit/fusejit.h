@@ -161,10 +161,16 @@ FJ_API int fj_version_number(void);
  * - A program may be run by many threads at once (fj_program_run,
  *   fj_program_forward, fj_program_backward): each run takes its own
  *   execution state (buffers, bound sizes) from a pool in the program.
- *   The GPU work of nvptx programs is serialised per context (one driver
- *   stream); each run makes the primary context current on its thread.
+ *   The GPU work of nvptx programs is queued per context under one lock,
+ *   on fusejit's own stream (synchronised before each run returns) or on
+ *   the stream a run names (fj_run_options.stream: that run may return
+ *   before its work is done); each run makes the primary context current
+ *   on its thread. Runs of one program on several streams at once are safe:
+ *   each takes its own buffers, and a pooled program's next run waits for
+ *   its previous one's queued work.
  *   fj_program_destroy must not overlap any run of that program.
- * - A saved-values object (fj_saved) belongs to one thread at a time.
+ * - A saved-values object (fj_saved) belongs to one thread at a time (the
+ *   backward records on it where its device-resident values were last used).
  * - fj_context_error() returns the calling thread's most recent error on the
  *   context. The diagnostics list (fj_context_diagnostic*) is shared by all
  *   threads: read it only when no other thread is recording; with several
@@ -263,7 +269,9 @@ typedef enum fj_device { FJ_DEVICE_HOST = 0, FJ_DEVICE_CUDA = 1 } fj_device;
  * downloaded after it. fusejit launches on its own stream and synchronises
  * it before the run returns (the results are then in place); work the caller
  * queued on other streams that writes the inputs must be complete before the
- * run (e.g. cuStreamSynchronize). Inputs and outputs must not overlap.
+ * run (e.g. cuStreamSynchronize). Or the run queues everything on the
+ * caller's stream (fj_run_options.stream), ordered after that stream's
+ * earlier work, and may return before it is done. Inputs and outputs must not overlap.
  *
  * Outputs: either preallocated by the caller (data != NULL, with dtype, rank,
  * sizes, device and optionally strides as for inputs: the run checks them and
@@ -466,9 +474,14 @@ FJ_API size_t fj_saved_count(const fj_saved *s);
 /* Saved value i: its name, concrete shape and bytes, and (view may be NULL)
  * a read-only view of its data (flags 0: not the caller's to release). Saved
  * values are in host memory for every executor (nvptx: downloaded by the
- * forward, uploaded again by the backward). */
+ * forward, uploaded again by the backward), except after an nvptx forward
+ * with fj_run_options.saved_on_device: they are then in device memory (the
+ * view is FJ_DEVICE_CUDA, device_index 0; on the emulator device addresses
+ * are host addresses), read in place by the backward, and freed by
+ * fj_saved_destroy; fj_saved_bytes counts them the same way. */
 FJ_API fj_status fj_saved_info(const fj_saved *s, size_t i, fj_value_info *info, fj_tensor *view);
 FJ_API size_t fj_saved_bytes(const fj_saved *s);
+/* Frees the saved values (device ones once the work queued on them is done). */
 FJ_API void fj_saved_destroy(fj_saved *s);
 
 /* ======================================================================
@@ -485,9 +498,47 @@ typedef struct fj_run_options {
 	                                  the backward: tangents), each NULL or where that tensor
 	                                  came from ("x.npy"): shape errors then read
 	                                  "input %x (from x.npy): ..." */
+	void *stream;                  /* nvptx: a CUstream of device 0's primary context (a
+	                                  CU_STREAM_LEGACY or per-thread handle too) that the run
+	                                  queues all its work on (see "Runs on the caller's
+	                                  stream" below); NULL: fusejit's own stream, synchronised
+	                                  before the call returns. Host and aten programs refuse a
+	                                  stream (FJ_ERR_UNSUPPORTED). */
+	int saved_on_device;           /* forward on nvptx: nonzero keeps the saved values in device
+	                                  memory until fj_saved_destroy (no download, and no
+	                                  upload by the backward); fj_saved_info's view is then
+	                                  an FJ_DEVICE_CUDA tensor. Ignored by host and aten,
+	                                  whose saved values are in host memory. */
 } fj_run_options;
 
 FJ_API void fj_run_options_init(fj_run_options *o);
+
+/* Runs on the caller's stream (fj_run_options.stream, nvptx programs):
+ * - Every copy and launch of the run (uploads of host inputs, launches,
+ *   device-to-device copies, downloads into host outputs) is queued on the
+ *   stream, after the work the caller queued there before the call.
+ * - When every input and output (and, for a forward with saved_on_device,
+ *   every saved value; for a backward, the saved values) is a dense CUDA
+ *   tensor, the call returns without waiting: the results are ready when
+ *   the stream reaches them, as for any kernel queued there. Exception: a
+ *   graph whose kernels can report a run-time error (an index out of
+ *   range, argmax of an empty dim ...) waits for the stream to read their
+ *   error flags.
+ * - With any host tensor involved (or a strided or misaligned CUDA tensor,
+ *   which is staged), the call synchronises the stream before returning
+ *   (and, for staged CUDA inputs, before reading them): host buffers may
+ *   then be reused at once.
+ * - Device memory fusejit keeps (a program's buffers, saved values) is
+ *   recycled by its caching allocator only once the work queued on it is
+ *   done: a run of a program on another stream first waits, on the device,
+ *   for the program's work still queued on the previous one; a shape change
+ *   (new buffers), fj_program_destroy and fj_saved_destroy wait on the host
+ *   for it. A backward on another stream than its forward waits, on the
+ *   device, for the forward's saved values.
+ * - The caller keeps the stream alive until the queued work is done, and
+ *   orders its own later reads of the outputs on that stream (or syncs it).
+ * On the emulator (nvptx_device=emulator) a stream is any non-NULL token
+ * and every call runs synchronously. */
 
 /* fj_program_run, fj_program_forward and fj_program_backward with options
  * (o may be NULL: the plain calls). */
@@ -495,6 +546,7 @@ FJ_API fj_status fj_program_run_with(fj_program *p, const fj_run_options *o, con
                                      size_t ninputs, fj_tensor *outputs, size_t noutputs);
 FJ_API fj_status fj_program_forward_with(fj_program *p, const fj_run_options *o, const fj_tensor *inputs,
                                          size_t ninputs, fj_tensor *outputs, size_t noutputs, fj_saved **saved);
+/* fj_program_backward_with ignores o->saved_on_device (saved tells where they are). */
 FJ_API fj_status fj_program_backward_with(fj_program *p, const fj_run_options *o, const fj_saved *saved,
                                           const fj_tensor *tangents, size_t ntangents, fj_tensor *grads,
                                           size_t ngrads);
@@ -576,7 +628,9 @@ FJ_API void fj_bench_options_init(fj_bench_options *o);
 FJ_API void fj_bench_result_init(fj_bench_result *r);
 /* Times runs of p on inputs (host tensors, as a run takes them; the outputs
  * are fusejit's and discarded).
- * nvptx on the emulator: FJ_ERR_UNSUPPORTED (no CUDA events). */
+ * nvptx on the emulator: FJ_ERR_UNSUPPORTED (no CUDA events). The run
+ * options' stream is not used (the benchmark times fusejit's own), and
+ * device-resident saved values are refused (FJ_ERR_UNSUPPORTED). */
 FJ_API fj_status fj_program_bench(fj_program *p, const fj_bench_options *o, const fj_tensor *inputs,
                                   size_t ninputs, fj_bench_result *out);
 

@@ -16,6 +16,12 @@
  *   3. training on the emulated device: forward + backward with host and
  *      CUDA tensors, saved values and gradients compared with host's.
  *   4. one emulated program run by several threads at once.
+ *   5. runs on the caller's stream (fj_run_options.stream; on the emulator
+ *      any non-NULL token): CUDA and host tensors, several runs queued on
+ *      one stream and on two, a forward and backward with the saved values
+ *      kept on the device (saved_on_device), gradients equal to the
+ *      host-saved path's; bad arguments (a stream given to a host program,
+ *      saved values of another program).
  * Public API only. */
 #include <math.h>
 #include <pthread.h>
@@ -462,12 +468,189 @@ static void test_emulated_threads(void)
 	fj_context_destroy(ctx);
 }
 
+/* ---- 5. the caller's stream, device-resident saved values ---- */
+
+static int stream_a, stream_b; /* the emulator takes any non-NULL token */
+
+static void test_emulated_stream(void)
+{
+	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
+	fj_program *nv = NULL, *host = NULL;
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_NVPTX, 0, &nv));
+	EXPECT_OK(ctx, compile(ctx, infer_text, FJ_EXECUTOR_HOST, 0, &host));
+	if (!nv || !host)
+		goto done;
+	enum { R = 3 }; /* runs queued before any result is read */
+	float x[R][N * 8], w[8], dc[R][N * 8], ds[R][N], dxo[R][N * 8], dc2[R][N * 8];
+	double dlit[R][1];
+	for (int i = 0; i < 8; i++)
+		w[i] = 0.2f * (float)i - 0.6f;
+	fj_run_options ro;
+	fj_run_options_init(&ro);
+	fj_tensor dout[R][5];
+	for (int r = 0; r < R; r++) {
+		for (int i = 0; i < N * 8; i++)
+			x[r][i] = (float)((i * 29 + r * 7) % 23) / 11.0f - 1.0f;
+		/* all CUDA: queued on the stream (runs 0 and 2 on a, run 1 on b) */
+		ro.stream = r == 1 ? (void *)&stream_b : (void *)&stream_a;
+		fj_tensor din[2] = {tensor(x[r], FJ_DEVICE_CUDA, 2, N, 8), tensor(w, FJ_DEVICE_CUDA, 1, 8, 0)};
+		fj_tensor o[5] = {tensor(dc[r], FJ_DEVICE_CUDA, 2, N, 8), tensor(ds[r], FJ_DEVICE_CUDA, 2, N, 1),
+		                  tensor(dxo[r], FJ_DEVICE_CUDA, 2, N, 8), tensor(dc2[r], FJ_DEVICE_CUDA, 2, N, 8),
+		                  tensor(NULL, FJ_DEVICE_CUDA, 0, 0, 0)};
+		o[4].data = dlit[r];
+		o[4].dtype = FJ_TYPE_F64;
+		memcpy(dout[r], o, sizeof o);
+		EXPECT_OK(ctx, fj_program_run_with(nv, &ro, din, 2, dout[r], 5));
+	}
+	for (int r = 0; r < R; r++) {
+		fj_tensor in[2] = {tensor(x[r], FJ_DEVICE_HOST, 2, N, 8), tensor(w, FJ_DEVICE_HOST, 1, 8, 0)};
+		fj_tensor ref[5];
+		memset(ref, 0, sizeof ref);
+		EXPECT_OK(ctx, fj_program_run(host, in, 2, ref, 5));
+		for (int k = 0; k < 5; k++) {
+			fj_tensor v = dout[r][k];
+			v.device = FJ_DEVICE_HOST;
+			EXPECT(near(&v, &ref[k]));
+		}
+		/* host tensors on a stream: uploaded and downloaded there, synchronised */
+		fj_tensor got[5];
+		memset(got, 0, sizeof got);
+		ro.stream = &stream_a;
+		EXPECT_OK(ctx, fj_program_run_with(nv, &ro, in, 2, got, 5));
+		for (int k = 0; k < 5; k++)
+			EXPECT(near(&got[k], &ref[k]) && got[k].device == FJ_DEVICE_HOST);
+		release_all(got, 5);
+		release_all(ref, 5);
+	}
+	/* a stream given to a host program is refused, naming the option */
+	fj_tensor hin[2] = {tensor(x[0], FJ_DEVICE_HOST, 2, N, 8), tensor(w, FJ_DEVICE_HOST, 1, 8, 0)};
+	fj_tensor hout[5];
+	memset(hout, 0, sizeof hout);
+	EXPECT(fj_program_run_with(host, &ro, hin, 2, hout, 5) == FJ_ERR_UNSUPPORTED);
+	EXPECT(strstr(fj_context_error(ctx), "fj_run_options.stream") != NULL);
+	release_all(hout, 5);
+done:
+	fj_program_destroy(nv);
+	fj_program_destroy(host);
+	fj_context_destroy(ctx);
+}
+
+/* Forward (saved values on the device when dev_saved) and backward of p on
+ * a stream, all tensors CUDA ones; gradient into g (6 floats), outputs into
+ * o0 (4) and o1 (24); *bytes: fj_saved_bytes. */
+static void stream_train(fj_context *ctx, fj_program *p, int dev_saved, float *o0, float *o1, float *g,
+                         size_t *bytes)
+{
+	static float x[24], w[6], t0[4], t1[24];
+	for (int i = 0; i < 24; i++) {
+		x[i] = (float)((i * 5) % 13) / 6.0f - 1.0f;
+		t1[i] = (float)(i % 7) / 3.0f - 1.0f;
+	}
+	for (int i = 0; i < 6; i++)
+		w[i] = 0.4f * (float)i - 0.9f;
+	for (int i = 0; i < 4; i++)
+		t0[i] = 0.5f + (float)i;
+	fj_run_options ro;
+	fj_run_options_init(&ro);
+	ro.stream = &stream_a;
+	ro.saved_on_device = dev_saved;
+	fj_tensor in[2] = {tensor(x, FJ_DEVICE_CUDA, 2, 4, 6), tensor(w, FJ_DEVICE_CUDA, 1, 6, 0)};
+	fj_tensor out[2] = {tensor(o0, FJ_DEVICE_CUDA, 1, 4, 0), tensor(o1, FJ_DEVICE_CUDA, 2, 4, 6)};
+	fj_saved *saved = NULL;
+	EXPECT_OK(ctx, fj_program_forward_with(p, &ro, in, 2, out, 2, &saved));
+	if (!saved)
+		return;
+	*bytes = fj_saved_bytes(saved);
+	for (size_t k = 0; k < fj_saved_count(saved); k++) {
+		fj_value_info vi;
+		fj_tensor v;
+		EXPECT_OK(ctx, fj_saved_info(saved, k, &vi, &v));
+		EXPECT(v.device == (dev_saved ? FJ_DEVICE_CUDA : FJ_DEVICE_HOST) && v.data != NULL);
+		EXPECT(vi.bytes == (size_t)numel(&v) * fj_scalar_type_size(v.dtype));
+	}
+	/* the backward on another stream than the forward, then on the same */
+	ro.stream = &stream_b;
+	fj_tensor tan[2] = {tensor(t0, FJ_DEVICE_CUDA, 1, 4, 0), tensor(t1, FJ_DEVICE_CUDA, 2, 4, 6)};
+	fj_tensor gr[1] = {tensor(g, FJ_DEVICE_CUDA, 1, 6, 0)};
+	EXPECT_OK(ctx, fj_program_backward_with(p, &ro, saved, tan, 2, gr, 1));
+	float g2[6] = {0};
+	fj_tensor gr2[1] = {tensor(g2, FJ_DEVICE_HOST, 1, 6, 0)};
+	ro.stream = &stream_a;
+	fj_tensor htan[2] = {tensor(t0, FJ_DEVICE_HOST, 1, 4, 0), tensor(t1, FJ_DEVICE_HOST, 2, 4, 6)};
+	EXPECT_OK(ctx, fj_program_backward_with(p, &ro, saved, htan, 2, gr2, 1));
+	EXPECT(memcmp(g, g2, sizeof g2) == 0);
+	fj_saved_destroy(saved);
+}
+
+static void test_emulated_saved_on_device(void)
+{
+	fj_context *ctx = new_ctx();
+	EXPECT_OK(ctx, fj_context_set_option(ctx, "nvptx_device", "emulator"));
+	fj_program *nv = NULL, *nv2 = NULL, *host = NULL;
+	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_NVPTX, 1, &nv));
+	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_NVPTX, 1, &nv2));
+	EXPECT_OK(ctx, compile(ctx, train_text, FJ_EXECUTOR_HOST, 1, &host));
+	if (!nv || !nv2 || !host)
+		goto done;
+	float ho0[4], ho1[24], hg[6], do0[4], do1[24], dg[6];
+	size_t hbytes = 0, dbytes = 0;
+	stream_train(ctx, nv, 0, ho0, ho1, hg, &hbytes);
+	stream_train(ctx, nv, 1, do0, do1, dg, &dbytes);
+	EXPECT(hbytes == dbytes && hbytes > 0);
+	fj_tensor a = tensor(dg, FJ_DEVICE_HOST, 1, 6, 0), b = tensor(hg, FJ_DEVICE_HOST, 1, 6, 0);
+	EXPECT(near(&a, &b));
+	a = tensor(do1, FJ_DEVICE_HOST, 2, 4, 6);
+	b = tensor(ho1, FJ_DEVICE_HOST, 2, 4, 6);
+	EXPECT(near(&a, &b));
+	/* saved values of another program are refused; a host program ignores saved_on_device */
+	float x[24] = {0}, w[6] = {0}, t0[4] = {0}, t1[24] = {0};
+	fj_run_options ro;
+	fj_run_options_init(&ro);
+	ro.saved_on_device = 1;
+	fj_tensor in[2] = {tensor(x, FJ_DEVICE_HOST, 2, 4, 6), tensor(w, FJ_DEVICE_HOST, 1, 6, 0)};
+	fj_tensor out[2], hout[2], gr[1];
+	memset(out, 0, sizeof out);
+	memset(hout, 0, sizeof hout);
+	memset(gr, 0, sizeof gr);
+	fj_saved *saved = NULL, *hsaved = NULL;
+	EXPECT_OK(ctx, fj_program_forward_with(nv, &ro, in, 2, out, 2, &saved));
+	EXPECT_OK(ctx, fj_program_forward_with(host, &ro, in, 2, hout, 2, &hsaved));
+	fj_tensor tan[2] = {tensor(t0, FJ_DEVICE_HOST, 1, 4, 0), tensor(t1, FJ_DEVICE_HOST, 2, 4, 6)};
+	EXPECT(fj_program_backward_with(nv2, &ro, saved, tan, 2, gr, 1) == FJ_ERR_INVALID);
+	EXPECT(strstr(fj_context_error(ctx), "saved values of a forward run of this program") != NULL);
+	fj_tensor v;
+	if (hsaved) {
+		EXPECT_OK(ctx, fj_saved_info(hsaved, 0, NULL, &v));
+		EXPECT(v.device == FJ_DEVICE_HOST);
+	}
+	/* the bench refuses device-resident saved values */
+	fj_bench_options bo;
+	fj_bench_options_init(&bo);
+	bo.backward = 1;
+	bo.saved = saved;
+	fj_bench_result br;
+	fj_bench_result_init(&br);
+	EXPECT(fj_program_bench(nv, &bo, tan, 2, &br) == FJ_ERR_UNSUPPORTED);
+	release_all(out, 2);
+	release_all(hout, 2);
+	fj_saved_destroy(saved);
+	fj_saved_destroy(hsaved);
+done:
+	fj_program_destroy(nv);
+	fj_program_destroy(nv2);
+	fj_program_destroy(host);
+	fj_context_destroy(ctx);
+}
+
 int main(void)
 {
 	test_no_driver();
 	test_emulated_inference();
 	test_emulated_training();
 	test_emulated_threads();
+	test_emulated_stream();
+	test_emulated_saved_on_device();
 	if (fails) {
 		fprintf(stderr, "fj-api-nvptx: %d failure(s)\n", fails);
 		return 1;
