@@ -1,8 +1,9 @@
 /* test_runtime.c -- runtime/: .npy I/O (round trips, every corrupt file),
  * half-precision conversions, the relative L2 error, the thread pool, the
  * binding of symbolic sizes, the buffer plan, the executor interface (aten,
- * host and nvptx on the emulator bind and run alike), and --check=f64's
- * measure (wrong results fail it, rounding does not). */
+ * host and nvptx on the emulator bind and run alike), the nvptx executor's
+ * stream rules on a device that queues, and --check=f64's measure (wrong
+ * results fail it, rounding does not). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -472,6 +473,175 @@ START_TEST(test_executors)
 }
 END_TEST
 
+/* ---- the nvptx executor's streams, on a device that queues ---- */
+
+/* The emulator's kernels behind a device with the CUDA driver's stream
+ * entries: fake events, and a log of the calls that order work. */
+typedef struct rec_dev {
+	fj_nvptx_device in;
+	void *cur;
+	int nev;
+	char log[4096];
+} rec_dev;
+
+static int stream_a, stream_b;
+
+static const char *sname(const void *s) { return s == &stream_a ? "A" : s == &stream_b ? "B" : s ? "?" : "own"; }
+
+static void rlog(rec_dev *r, const char *fmt, const char *a, long b)
+{
+	size_t n = strlen(r->log);
+	snprintf(r->log + n, sizeof r->log - n, fmt, a, b);
+}
+
+static fj_status r_alloc(void *ud, size_t n, uint64_t *p) { rec_dev *r = ud; return r->in.alloc(r->in.ud, n, p); }
+static void r_release(void *ud, uint64_t p)
+{
+	rec_dev *r = ud;
+	rlog(r, "free%s%ld ", "", 0);
+	r->in.release(r->in.ud, p);
+}
+static fj_status r_htod(void *ud, uint64_t d, const void *s, size_t n) { rec_dev *r = ud; return r->in.htod(r->in.ud, d, s, n); }
+static fj_status r_dtoh(void *ud, void *d, uint64_t s, size_t n)
+{
+	rec_dev *r = ud;
+	rlog(r, "dtoh(%s)%.0ld ", sname(r->cur), 0);
+	return r->in.dtoh(r->in.ud, d, s, n);
+}
+static fj_status r_memset0(void *ud, uint64_t d, size_t n) { rec_dev *r = ud; return r->in.memset0(r->in.ud, d, n); }
+static fj_status r_sync(void *ud)
+{
+	rec_dev *r = ud;
+	rlog(r, "sync(%s)%.0ld ", sname(r->cur), 0);
+	return FJ_OK;
+}
+static fj_status r_prepare(void *ud, const fj_graph *g, uint32_t node, void **k, bool *hit)
+{
+	rec_dev *r = ud;
+	return r->in.prepare(r->in.ud, g, node, k, hit);
+}
+static fj_status r_launch(void *ud, void *k, int v, unsigned grid, unsigned block, unsigned sh, const uint64_t *a,
+                          uint32_t n)
+{
+	rec_dev *r = ud;
+	rlog(r, "launch(%s)%.0ld ", sname(r->cur), 0);
+	return r->in.launch(r->in.ud, k, v, grid, block, sh, a, n);
+}
+static fj_status r_event_create(void *ud, void **ev)
+{
+	rec_dev *r = ud;
+	*ev = (void *)(intptr_t)++r->nev;
+	return FJ_OK;
+}
+static fj_status r_event_record(void *ud, void *ev)
+{
+	rec_dev *r = ud;
+	rlog(r, "record(%s:e%ld) ", sname(r->cur), (long)(intptr_t)ev);
+	return FJ_OK;
+}
+static fj_status r_event_elapsed(void *ud, void *e0, void *e1, float *ms)
+{
+	(void)ud, (void)e0, (void)e1;
+	*ms = 1;
+	return FJ_OK;
+}
+static void r_event_destroy(void *ud, void *ev) { (void)ud, (void)ev; }
+static void r_set_stream(void *ud, void *s) { ((rec_dev *)ud)->cur = s; }
+static fj_status r_event_sync(void *ud, void *ev)
+{
+	rlog(ud, "evsync(%se%ld) ", "", (long)(intptr_t)ev);
+	return FJ_OK;
+}
+static fj_status r_stream_wait(void *ud, void *ev)
+{
+	rec_dev *r = ud;
+	rlog(r, "wait(%s:e%ld) ", sname(r->cur), (long)(intptr_t)ev);
+	return FJ_OK;
+}
+
+/* a before b in s (both present) */
+static bool before(const char *s, const char *a, const char *b)
+{
+	const char *x = strstr(s, a), *y = strstr(s, b);
+	return x && y && x < y;
+}
+
+START_TEST(test_nvptx_streams)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = parse(ctx, "graph @main(%x: f32[N,4]) {\n"
+	                          "  %a = aten.exp(%x)\n"
+	                          "  %s = aten.sum(%a) {dims=[1]}\n"
+	                          "  return %s\n"
+	                          "}\n");
+	fj_graph *g = m->graphs[0];
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	rec_dev r = {.in = fj_nvptx_emu_device(emu)};
+	fj_nvptx_device dev = {
+		.ud = &r, .name = "recorder", .target = "emu", .emulated = true, .alloc = r_alloc, .release = r_release,
+		.htod = r_htod, .dtoh = r_dtoh, .memset0 = r_memset0, .sync = r_sync, .prepare = r_prepare,
+		.launch = r_launch, .event_create = r_event_create, .event_record = r_event_record,
+		.event_elapsed = r_event_elapsed, .event_destroy = r_event_destroy, .set_stream = r_set_stream,
+		.event_sync = r_event_sync, .stream_wait = r_stream_wait,
+	};
+	fj_rt_exec_options o = {.device = &dev};
+	fj_rt_exec *ex = NULL;
+	ck_assert_msg(fj_rt_exec_create(&fj_rt_nvptx_executor, ctx, g, &o, &ex) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_rt_tensor x, x5, out[1];
+	memset(out, 0, sizeof out);
+	make_input(ctx, &x, FJ_DT_F32, 2, 3, 4);
+	make_input(ctx, &x5, FJ_DT_F32, 2, 5, 4);
+	const fj_rt_tensor *in[1] = {&x}, *in5[1] = {&x5};
+	float dres[5];
+	uint64_t in_dev[1] = {(uint64_t)(uintptr_t)x.data}, out_dev[1] = {(uint64_t)(uintptr_t)dres};
+	/* on stream A, all on the device: queued there, not waited for, an event behind it */
+	fj_rt_exec_set_stream(ex, &stream_a);
+	ck_assert_int_eq(fj_rt_exec_bind(ex, in, NULL, NULL, 0), FJ_OK);
+	r.log[0] = 0;
+	ck_assert_int_eq(fj_rt_exec_run(ex, in, in_dev, out, out_dev), FJ_OK);
+	ck_assert_msg(strstr(r.log, "launch(A)") && !strstr(r.log, "sync") && !strstr(r.log, "launch(own)") &&
+	                  strstr(r.log, "record(A:e1)"), "%s", r.log);
+	/* on stream B: B waits for A's work on the device first */
+	fj_rt_exec_set_stream(ex, &stream_b);
+	r.log[0] = 0;
+	ck_assert_int_eq(fj_rt_exec_run(ex, in, in_dev, out, out_dev), FJ_OK);
+	ck_assert_msg(before(r.log, "wait(B:e1)", "launch(B)") && !strstr(r.log, "sync") &&
+	                  strstr(r.log, "record(B:e1)"), "%s", r.log);
+	/* on stream A with a host output: synchronised before returning */
+	fj_rt_exec_set_stream(ex, &stream_a);
+	r.log[0] = 0;
+	ck_assert_int_eq(fj_rt_exec_run(ex, in, in_dev, out, NULL), FJ_OK);
+	ck_assert_msg(before(r.log, "wait(A:e1)", "launch(A)") && before(r.log, "launch(A)", "dtoh(A)") &&
+	                  strstr(r.log, "sync(A)"), "%s", r.log);
+	ck_assert_float_eq_tol(((float *)out[0].data)[0], dres[0], 1e-6);
+	/* on fusejit's own stream: it waits for A's event, and is synchronised */
+	fj_rt_exec_set_stream(ex, NULL);
+	r.log[0] = 0;
+	ck_assert_int_eq(fj_rt_exec_run(ex, in, in_dev, out, out_dev), FJ_OK);
+	ck_assert_msg(before(r.log, "wait(own:e1)", "launch(own)") && strstr(r.log, "sync(own)") &&
+	                  !strstr(r.log, "record"), "%s", r.log);
+	/* queued on A again, then new shapes: the host waits before the buffers are freed */
+	fj_rt_exec_set_stream(ex, &stream_a);
+	ck_assert_int_eq(fj_rt_exec_run(ex, in, in_dev, out, out_dev), FJ_OK);
+	r.log[0] = 0;
+	ck_assert_int_eq(fj_rt_exec_bind(ex, in5, NULL, NULL, 0), FJ_OK);
+	ck_assert_msg(before(r.log, "evsync(e1)", "free"), "%s", r.log);
+	/* and before destroy frees them */
+	in_dev[0] = (uint64_t)(uintptr_t)x5.data;
+	ck_assert_int_eq(fj_rt_exec_run(ex, in5, in_dev, out, out_dev), FJ_OK);
+	r.log[0] = 0;
+	fj_rt_exec_destroy(ex);
+	ck_assert_msg(before(r.log, "evsync(e1)", "free"), "%s", r.log);
+	fj_rt_tensor_free(&out[0]);
+	fj_rt_tensor_free(&x);
+	fj_rt_tensor_free(&x5);
+	fj_nvptx_emu_destroy(emu);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_broadcast_symbols)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -730,6 +900,7 @@ Suite *suite_runtime(void)
 	tcase_add_test(tc, test_buffer_reuse);
 	tcase_add_test(tc, test_literal_and_param_outputs);
 	tcase_add_test(tc, test_executors);
+	tcase_add_test(tc, test_nvptx_streams);
 	suite_add_tcase(s, tc);
 	return s;
 }
