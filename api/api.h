@@ -29,6 +29,19 @@ void fj_api_copy_out(void *dst, const void *src, size_t size);
 /* A dense host fj_tensor seen as a runtime tensor (api/check.c). */
 fj_rt_tensor fj_api_rt_view(const fj_tensor *t);
 
+/* ---- tensors copied through a dense buffer (api/staging.c) ---- */
+
+/* Copies n elements of es bytes between strided tensor t (host memory) and
+ * the dense buffer dense (to_dense: gather; else scatter). */
+void fj_api_strided_copy(const fj_tensor *t, void *dense, size_t es, int64_t n, bool to_dense);
+/* Input: into the dense host buffer d (n elements), strided or misaligned
+ * CUDA tensor t, its span downloaded from device dv. */
+fj_status fj_api_stage_in(fj_context *ctx, const fj_nvptx_device *dv, const fj_tensor *t, void *d, int64_t n);
+/* Output: the dense host result d (n elements) into strided or misaligned
+ * CUDA tensor u: its span downloaded, scattered into and uploaded (the gaps
+ * keep their bytes). */
+fj_status fj_api_stage_out(fj_context *ctx, const fj_nvptx_device *dv, const fj_tensor *u, void *d, int64_t n);
+
 /* ---- a program's instances, for queries and benchmarks (api/program.c) ---- */
 
 /* An idle instance of one of a program's graphs, with inputs as a run

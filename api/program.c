@@ -34,7 +34,15 @@
  *
  * Run options (fj_run_options: dims, origins) reach the binds; the accessors
  * at the end (api/api.h) lend an instance to api/query.c and api/bench.c. Outputs fusejit allocates are host memory,
- * and so are a training program's saved values (the backward uploads them). */
+ * and so are a training program's saved values (the backward uploads them),
+ * unless the forward's run options ask for them on the device
+ * (saved_on_device: device buffers the backward reads in place).
+ *
+ * Streams (fj_run_options.stream, nvptx): each run points its instance at
+ * the caller's stream (runtime/program_nvptx.h holds the rules for the
+ * instance's own buffers); device-resident saved values carry a fence, an
+ * event behind their last use on a caller's stream, which a backward on
+ * another stream waits for on the device and fj_saved_destroy on the host. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,36 +486,13 @@ static bool is_dense(const fj_tensor *t)
 	return true;
 }
 
-/* Copies between a strided tensor and a dense buffer (to_dense: gather). */
-static void strided_copy(const fj_tensor *t, void *dense, size_t es, int64_t n, bool to_dense)
-{
-	int64_t idx[FJ_MAX_DIMS] = {0};
-	int64_t off = 0;
-	char *base = t->data, *d = dense;
-	for (int64_t e = 0; e < n; e++) {
-		char *s = base + off * (int64_t)es;
-		if (to_dense)
-			memcpy(d + e * (int64_t)es, s, es);
-		else
-			memcpy(s, d + e * (int64_t)es, es);
-		for (int k = t->rank - 1; k >= 0; k--) {
-			if (++idx[k] < t->sizes[k]) {
-				off += t->strides[k];
-				break;
-			}
-			off -= t->strides[k] * (t->sizes[k] - 1);
-			idx[k] = 0;
-		}
-	}
-}
-
 static char empty_byte[FJ_RT_ALIGN] __attribute__((aligned(FJ_RT_ALIGN)));
 
 static const char *const role_word[NROLES] = {"input", "output", "saved value", "tangent", "gradient"};
 
 /* Where a tensor may live: host memory always; CUDA device memory for an
  * nvptx program only, on device 0 (the driver's primary context); strided
- * or misaligned CUDA tensors are staged (stage_in, stage_out). */
+ * or misaligned CUDA tensors are staged (api/staging.c). */
 static fj_status check_device(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i)
 {
 	fj_context *ctx = p->ctx;
@@ -527,88 +512,6 @@ static fj_status check_device(const fj_program *p, const fj_tensor *t, fj_value_
 		                       "%s %zu (%%%s) is on CUDA device %d: the nvptx executor runs on device 0 only", what,
 		                       i, name, (int)t->device_index);
 	return FJ_OK;
-}
-
-/* ---- strided CUDA tensors: staged through the host ---- */
-
-/* The elements a strided tensor spans: from offset *lo (<= 0) to *lo + *n. */
-static void span_of(const fj_tensor *t, int64_t *lo, int64_t *n)
-{
-	int64_t a = 0, b = 0;
-	for (int k = 0; k < t->rank; k++) {
-		int64_t st = t->strides ? t->strides[k] : 0, e = st * (t->sizes[k] - 1);
-		a += e < 0 ? e : 0;
-		b += e > 0 ? e : 0;
-	}
-	*lo = a;
-	*n = b - a + 1;
-}
-
-/* Copies n bytes between host memory and device address dev (the device's
- * synchronous copies, after fusejit's stream). */
-static fj_status dev_copy(const fj_program *p, void *host, uint64_t dev, size_t n, bool to_host)
-{
-	const fj_nvptx_device *d = &p->dev;
-	return to_host ? d->dtoh(d->ud, host, dev, n) : d->htod(d->ud, dev, host, n);
-}
-
-/* A strided or misaligned CUDA tensor's span downloaded into a new host
- * buffer (*span, free with fj_rt_aligned_free); *view: t over it. */
-static fj_status span_download(const fj_program *p, const fj_tensor *t, void **span, fj_tensor *view)
-{
-	size_t es = fj_scalar_type_size(t->dtype);
-	int64_t lo, n;
-	span_of(t, &lo, &n);
-	if (!(*span = fj_rt_aligned_alloc((size_t)n * es)))
-		return oom(p->ctx);
-	uint64_t base = (uint64_t)(uintptr_t)t->data + (uint64_t)(lo * (int64_t)es);
-	fj_status st = dev_copy(p, *span, base, (size_t)n * es, true);
-	*view = *t;
-	view->data = (char *)*span - lo * (int64_t)es;
-	view->device = FJ_DEVICE_HOST;
-	if (st != FJ_OK) {
-		fj_rt_aligned_free(*span);
-		*span = NULL;
-	}
-	return st;
-}
-
-/* Input: a dense host copy d (n elements) of a strided CUDA tensor. */
-static fj_status stage_in(const fj_program *p, const fj_tensor *t, void *d, int64_t n)
-{
-	void *span;
-	fj_tensor v;
-	fj_status st = span_download(p, t, &span, &v);
-	if (st != FJ_OK)
-		return st;
-	size_t es = fj_scalar_type_size(t->dtype);
-	if (t->strides)
-		strided_copy(&v, d, es, n, true);
-	else
-		memcpy(d, v.data, (size_t)n * es);
-	fj_rt_aligned_free(span);
-	return FJ_OK;
-}
-
-/* Output: the dense result d (n elements) into a strided CUDA tensor: its
- * span downloaded, scattered into and uploaded (the gaps keep their bytes). */
-static fj_status stage_out(const fj_program *p, const fj_tensor *u, void *d, int64_t n)
-{
-	void *span;
-	fj_tensor v;
-	fj_status st = span_download(p, u, &span, &v);
-	if (st != FJ_OK)
-		return st;
-	size_t es = fj_scalar_type_size(u->dtype);
-	int64_t lo, ns;
-	span_of(u, &lo, &ns);
-	if (u->strides)
-		strided_copy(&v, d, es, n, false);
-	else
-		memcpy(v.data, d, (size_t)n * es);
-	st = dev_copy(p, span, (uint64_t)(uintptr_t)u->data + (uint64_t)(lo * (int64_t)es), (size_t)ns * es, false);
-	fj_rt_aligned_free(span);
-	return st;
 }
 
 static fj_status check_desc(const fj_program *p, const fj_tensor *t, fj_value_role role, size_t i, bool output)
@@ -664,7 +567,7 @@ static fj_status input_tensor(const fj_program *p, const fj_tensor *t, size_t i,
 		*dev = (uint64_t)(uintptr_t)t->data;
 	} else if (t->device == FJ_DEVICE_CUDA) { /* staged: a dense host copy, uploaded by the run */
 		void *d = fj_rt_aligned_alloc(rt->nbytes);
-		fj_status sst = d ? stage_in(p, t, d, n) : oom(ctx);
+		fj_status sst = d ? fj_api_stage_in(ctx, &p->dev, t, d, n) : oom(ctx);
 		if (sst != FJ_OK) {
 			fj_rt_aligned_free(d);
 			return sst;
@@ -680,7 +583,7 @@ static fj_status input_tensor(const fj_program *p, const fj_tensor *t, size_t i,
 		if (!t->strides) /* dense but misaligned */
 			memcpy(d, t->data, rt->nbytes);
 		else
-			strided_copy(t, d, es, n, true);
+			fj_api_strided_copy(t, d, es, n, true);
 		rt->data = d;
 		*tmp = d;
 	}
@@ -901,9 +804,9 @@ static fj_status hand_over(fj_program *p, const fj_graph *g, out_slot *slots, fj
 		if (st == FJ_OK && s->scatter) {
 			int64_t n = fj_rt_tensor_numel(&outs[k]);
 			if (u->device == FJ_DEVICE_CUDA) /* strided CUDA output: staged */
-				st = stage_out(p, u, outs[k].data, n);
+				st = fj_api_stage_out(p->ctx, &p->dev, u, outs[k].data, n);
 			else if (u->strides)
-				strided_copy(u, outs[k].data, (size_t)fj_dtype_size(outs[k].dtype), n, false);
+				fj_api_strided_copy(u, outs[k].data, (size_t)fj_dtype_size(outs[k].dtype), n, false);
 			else
 				memcpy(u->data, outs[k].data, outs[k].nbytes);
 		} else if (st == FJ_OK && fresh) {
@@ -1119,12 +1022,16 @@ static fj_status check_stream(fj_program *p, const run_scratch *r, const fj_tens
 	return FJ_OK;
 }
 
-/* A failed forward's device-resident saved values back to the device. */
-static void drop_device_slots(fj_program *p, const fj_graph *g, out_slot *slots)
+/* A failed forward's device-resident saved values back to the device's
+ * allocator, once the work queued on them (fence) is done. */
+static void drop_device_slots(fj_program *p, const fj_graph *g, out_slot *slots, const saved_fence *f)
 {
 	bool held;
-	if (enter_device(p, &held) == FJ_OK)
-		release_device_slots(p, g, slots);
+	if (enter_device(p, &held) != FJ_OK)
+		return;
+	if (f && f->pending)
+		p->dev.event_sync(p->dev.ud, f->ev);
+	release_device_slots(p, g, slots);
 	leave_device(p, held);
 }
 
@@ -1172,8 +1079,6 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 		st = oom(ctx);
 	if (st == FJ_OK)
 		st = run_graph(p, &p->main, r.pin, r.dev, slots, r.origin, r.dims, r.ndims, &c, syms);
-	if (st != FJ_OK && on_dev)
-		drop_device_slots(p, g, slots);
 	fj_saved *s = NULL;
 	if (st == FJ_OK && saved) {
 		s = fj_alloc(ctx, sizeof *s);
@@ -1203,7 +1108,9 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 			}
 		}
 	}
-	for (uint32_t k = p->nout; slots && k < g->nresults; k++)
+	if (on_dev && !s && slots)
+		drop_device_slots(p, g, slots, fence);
+	for (uint32_t k = p->nout; slots && !on_dev && k < g->nresults; k++)
 		fj_rt_tensor_free(&slots[k].rt);
 	if (syms)
 		fj_free(ctx, syms, (nsyms ? nsyms : 1) * sizeof *syms);
