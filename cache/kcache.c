@@ -14,11 +14,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/kcache.h"
@@ -27,6 +29,8 @@
 #define KC_FORMAT 1u
 #define KC_HEADER 40 /* magic 8, format 4, keylen 4, len 8, sum 8, hsum 8 */
 #define KC_DEFAULT_MB 256
+#define KC_TMP_PREFIX ".tmp-"
+#define KC_TMP_MAX_AGE 3600 /* seconds: a temporary file older than this is a leftover */
 
 typedef struct mem_entry {
 	fj_kc_entry e;       /* first: the backends see this */
@@ -382,17 +386,61 @@ static bool read_all(int fd, void *buf, size_t n)
 	return true;
 }
 
-static bool write_all(int fd, const void *buf, size_t n)
+/* The testing aid of the setting cache_fault (fusejit.h): once `after`
+ * bytes of an entry are written (or at its end, before its rename), the
+ * process is killed (SIGKILL) or the store fails with ENOSPC. */
+typedef enum fault_kind { FAULT_NONE, FAULT_KILL, FAULT_ENOSPC } fault_kind;
+typedef struct fault {
+	fault_kind kind;
+	uint64_t after, written;
+} fault;
+
+static fault parse_fault(const char *s)
+{
+	fault f = {FAULT_NONE, 0, 0};
+	const char *n = NULL;
+	if (!s)
+		return f;
+	if (strncmp(s, "kill-after-write:", 17) == 0)
+		f.kind = FAULT_KILL, n = s + 17;
+	else if (strncmp(s, "enospc-after-write:", 19) == 0)
+		f.kind = FAULT_ENOSPC, n = s + 19;
+	else if (strcmp(s, "enospc") == 0)
+		f.kind = FAULT_ENOSPC;
+	if (n)
+		f.after = strtoull(n, NULL, 10);
+	return f;
+}
+
+/* Fires f once its byte count is reached, or at the end of the entry (end:
+ * before its rename): false (errno ENOSPC) or SIGKILL. */
+static bool fault_check(const fault *f, bool end)
+{
+	if (f->kind == FAULT_NONE || (f->written < f->after && !end))
+		return true;
+	if (f->kind == FAULT_KILL)
+		raise(SIGKILL);
+	errno = ENOSPC;
+	return false;
+}
+
+static bool write_all(int fd, const void *buf, size_t n, fault *f)
 {
 	const char *p = buf;
 	while (n) {
-		ssize_t r = write(fd, p, n);
+		size_t chunk = n;
+		if (!fault_check(f, false))
+			return false;
+		if (f->kind != FAULT_NONE && chunk > f->after - f->written)
+			chunk = (size_t)(f->after - f->written);
+		ssize_t r = write(fd, p, chunk);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
 			return false;
 		p += r;
 		n -= (size_t)r;
+		f->written += (uint64_t)r;
 	}
 	return true;
 }
@@ -423,7 +471,7 @@ bool fj_kcache_load(fj_context *ctx, const char *kind, const void *key, size_t k
 	bool ok = false;
 	unsigned char h[KC_HEADER];
 	unsigned char *kbuf = NULL, *payload = NULL;
-	struct stat sb;
+	struct stat sb = {0};
 	if (fstat(fd, &sb) != 0 || !read_all(fd, h, KC_HEADER) || memcmp(h, KC_MAGIC, 8) != 0 ||
 	    get32(h + 8) != KC_FORMAT || get32(h + 12) != keylen)
 		goto done;
@@ -444,8 +492,11 @@ done:
 	free(kbuf);
 	if (!ok) {
 		free(payload);
-		/* never trusted: delete it, the caller rebuilds and stores it again */
-		unlink(path);
+		/* never trusted: delete it (unless another process has replaced it
+		 * meanwhile), the caller rebuilds and stores it again */
+		struct stat now;
+		if (stat(path, &now) == 0 && now.st_ino == sb.st_ino && now.st_dev == sb.st_dev)
+			unlink(path);
 		atomic_fetch_add(&kc->counters[FJ_KC_DISK_CORRUPT], 1);
 		atomic_fetch_add(&kc->counters[FJ_KC_DISK_MISSES], 1);
 		return false;
@@ -474,6 +525,27 @@ static int cmp_ent(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+/* A temporary file (KC_TMP_PREFIX "<pid>-<n>") of a store that never
+ * finished: its writer was killed (or lost its disk). It is deleted when its
+ * process is gone (this host's pids; the directory may be shared with other
+ * hosts, whose writers then lose a rename, a store error) or it is older than
+ * KC_TMP_MAX_AGE, so that leftovers do not pile up; temporary files never
+ * count against the cap. */
+static void remove_leftover(fj_kcache *kc, const char *path, const char *pid_text)
+{
+	char *end;
+	long pid = strtol(pid_text, &end, 10);
+	struct stat sb;
+	if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+		return;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	bool dead = end != pid_text && *end == '-' && pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 &&
+	            errno == ESRCH;
+	if ((dead || now.tv_sec - sb.st_mtim.tv_sec > KC_TMP_MAX_AGE) && unlink(path) == 0)
+		atomic_fetch_add(&kc->counters[FJ_KC_DISK_LEFTOVERS], 1);
+}
+
 /* Deletes the least recently used entries until the directory holds at most
  * 90% of max; returns the bytes left. */
 static uint64_t evict(fj_kcache *kc, const char *dir, uint64_t max)
@@ -488,6 +560,11 @@ static uint64_t evict(fj_kcache *kc, const char *dir, uint64_t max)
 	char path[4400];
 	while ((de = readdir(d))) {
 		size_t nl = strlen(de->d_name);
+		if (strncmp(de->d_name, KC_TMP_PREFIX, strlen(KC_TMP_PREFIX)) == 0) {
+			snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+			remove_leftover(kc, path, de->d_name + strlen(KC_TMP_PREFIX));
+			continue;
+		}
 		if (nl < 5 || strcmp(de->d_name + nl - 4, ".fjc") != 0)
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -542,10 +619,11 @@ void fj_kcache_store(fj_context *ctx, const char *kind, const void *key, size_t 
 	pthread_mutex_unlock(&kc->lock);
 	char path[4400], tmp[4500];
 	int fd = -1;
+	fault f = parse_fault(fj_context_settings(ctx)->cache_fault);
 	if (!make_dirs(dir))
 		goto fail;
 	entry_path(path, sizeof path, dir, kind, key, keylen);
-	snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%llu", dir, (long)getpid(),
+	snprintf(tmp, sizeof tmp, "%s/" KC_TMP_PREFIX "%ld-%llu", dir, (long)getpid(),
 	         (unsigned long long)atomic_fetch_add(&kc->tmp_seq, 1));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
@@ -557,7 +635,8 @@ void fj_kcache_store(fj_context *ctx, const char *kind, const void *key, size_t 
 	put64(h + 16, len);
 	put64(h + 24, fj_kcache_hash(data, len, 0x7061796c));
 	put64(h + 32, header_sum(h, key, keylen));
-	if (!write_all(fd, h, KC_HEADER) || !write_all(fd, key, keylen) || !write_all(fd, data, len)) {
+	if (!write_all(fd, h, KC_HEADER, &f) || !write_all(fd, key, keylen, &f) || !write_all(fd, data, len, &f) ||
+	    !fault_check(&f, true)) {
 		close(fd);
 		unlink(tmp);
 		goto fail;

@@ -37,7 +37,12 @@
  *   u64 payload checksum | u64 header checksum | key bytes | payload
  *
  * written to a temporary file in the same directory and renamed into place
- * (atomic: readers see a whole entry or none). On read the magic, format,
+ * (atomic: readers see a whole entry or none). The temporary files of
+ * writers that died (SIGKILL mid-store) are deleted by the next directory
+ * scan (see the cap) once their process is gone or after an hour; they never
+ * count against the cap. A failed store (ENOSPC ...) deletes its temporary
+ * file and is counted (store_errors), never an error of the compile. The
+ * setting cache_fault injects such faults, for tests (fusejit.h). On read the magic, format,
  * key echo, length and both checksums are verified; an entry that fails is
  * counted as corrupt, deleted and reported as a miss, so the caller rebuilds
  * and stores it again: it is never trusted. A batch's payload is
@@ -141,7 +146,8 @@ typedef enum fj_kcache_counter {
 	FJ_KC_DISK_CORRUPT,      /* entries rejected by verification (and deleted) */
 	FJ_KC_DISK_STORES,       /* entries written */
 	FJ_KC_DISK_EVICTIONS,    /* entries deleted by the size cap */
-	FJ_KC_STORE_ERRORS,
+	FJ_KC_STORE_ERRORS,      /* stores that failed (a full disk ...): not errors of the compile */
+	FJ_KC_DISK_LEFTOVERS,    /* temporary files of unfinished stores deleted */
 	FJ_KC_COUNT
 } fj_kcache_counter;
 void fj_kcache_count(fj_context *ctx, fj_kcache_counter c, uint64_t n);

@@ -78,7 +78,7 @@ fj_context *fj_context_new_like(const fj_context *ctx)
 	fj_settings *to = &c->settings;
 	*to = *from;
 	char **strs[] = {&to->cache_dir, &to->nvptx_variants, &to->libdevice, &to->libcuda, &to->nvptx_target,
-	                 &to->nvptx_device};
+	                 &to->nvptx_device, &to->cache_fault};
 	bool ok = true; /* after a failure, the rest are NULL: c must not free ctx's strings */
 	for (size_t i = 0; i < FJ_ARRAY_LEN(strs); i++) {
 		if (!*strs[i])
@@ -107,7 +107,7 @@ void fj_context_destroy(fj_context *ctx)
 	fj_op_table_free(ctx);
 	fj_settings *st = &ctx->settings;
 	char **strs[] = {&st->cache_dir, &st->nvptx_variants, &st->libdevice, &st->libcuda, &st->nvptx_target,
-	                 &st->nvptx_device};
+	                 &st->nvptx_device, &st->cache_fault};
 	for (size_t i = 0; i < FJ_ARRAY_LEN(strs); i++)
 		if (*strs[i])
 			fj_free(ctx, *strs[i], strlen(*strs[i]) + 1);

@@ -130,6 +130,11 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *                                              emulator of the GPU kernels, for tests)
  *   nvptx_variants    FUSEJIT_NVPTX_VARIANTS   testing aid: forces GPU template variants
  *   ptx_all_variants  FUSEJIT_PTX_ALL_VARIANTS PTX emission writes every variant (0)
+ *   cache_fault       FUSEJIT_CACHE_FAULT      testing aid: a fault in the disk cache's writes,
+ *                                              "kill-after-write:N" (SIGKILL once N bytes of an
+ *                                              entry are written, or before its rename) or
+ *                                              "enospc[-after-write:N]" (stores fail with ENOSPC
+ *                                              after N bytes, or before the rename); unset: none
  * ====================================================================== */
 
 /* Sets option name to value (NULL: back to its default). FJ_ERR_INVALID for
