@@ -159,7 +159,15 @@ const fj_diagnostic *fj_context_diagnostic(const fj_context *ctx, size_t i)
 	return i < ctx->ndiags ? &ctx->diags[i] : NULL;
 }
 
-size_t fj_context_error_count(const fj_context *ctx) { return ctx->nerrors; }
+/* Under the lock: other threads may be recording errors (api.tsan_stress). */
+size_t fj_context_error_count(const fj_context *ctx)
+{
+	pthread_mutex_t *lock = (pthread_mutex_t *)&ctx->lock;
+	pthread_mutex_lock(lock);
+	size_t n = ctx->nerrors;
+	pthread_mutex_unlock(lock);
+	return n;
+}
 
 void fj_context_clear_diagnostics(fj_context *ctx)
 {
