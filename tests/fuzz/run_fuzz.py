@@ -46,7 +46,7 @@ try:
 except ImportError:      # the cross-executor comparison needs numpy
     np = None
 
-FAILING = ("crash", "timeout", "mismatch", "error", "reject")
+FAILING = ("crash", "timeout", "mismatch", "error", "reject", "harness")
 DISCONTINUOUS = re.compile(r"aten\.(floor|ceil|round|trunc|sign|lt|le|gt|ge|eq|ne|argmax|argmin"
                            r"|_to_copy\([^)]*\) \{dtype=(i64|i32|bool))\b")
 SANITIZER = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:"
@@ -97,8 +97,8 @@ def compare_dirs(ref_dir, dir_, outputs):
             continue
         if o["dtype"] == "bf16" or o["dtype"] in TOL:
             if o["dtype"] == "bf16":
-                a = (a.astype(np.uint32) << 16).view(np.float32)
-                b = (b.astype(np.uint32) << 16).view(np.float32)
+                a = (a.reshape(-1).astype(np.uint32) << 16).view(np.float32)
+                b = (b.reshape(-1).astype(np.uint32) << 16).view(np.float32)
             a, b = a.astype(np.float64), b.astype(np.float64)
             fin = np.isfinite(a) & np.isfinite(b)
             if not np.array_equal(np.isnan(a), np.isnan(b)):
@@ -137,6 +137,14 @@ class Fuzzer:
             f.write("$ %s\n%s\n--- stdout\n%s\n--- stderr\n%s\n" % (" ".join(cmd), why, out, err))
 
     def one(self, seed):
+        try:
+            self.one_graph(seed)
+        except Exception:        # a bug of the fuzzer: say so, keep going
+            import traceback
+            self.count("harness")
+            self.findings.append(("harness", seed, "-", traceback.format_exc()[-400:]))
+
+    def one_graph(self, seed):
         text = gen_graph.generate(seed, self.a.nodes)
         m = re.search(r"nodes=(\d+) train=(\d)", text)
         nodes, train = int(m.group(1)), m.group(2) == "1" and not self.a.no_train
@@ -251,6 +259,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="0:20", help="A:B, B excluded")
+    ap.add_argument("--quick-seeds", help="the seeds when FJ_TEST_QUICK=1 (the sanitizer build)")
     ap.add_argument("--executors", default="aten,host,nvptx")
     ap.add_argument("--bin", default=os.path.join(here, "..", "..", "build"))
     ap.add_argument("--out", help="folder for failing graphs")
@@ -259,6 +268,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--no-train", action="store_true")
     a = ap.parse_args()
+    if a.quick_seeds and os.environ.get("FJ_TEST_QUICK") == "1":
+        a.seeds = a.quick_seeds
     lo, hi = (int(x) for x in a.seeds.split(":"))
     ex = a.executors.split(",")
     if "aten" in ex:     # aten first: the others are judged against it
