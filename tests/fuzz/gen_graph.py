@@ -119,6 +119,17 @@ class Gen:
         self.values.append(v)
         return v
 
+    def emit_multi(self, op, operands, attrs, types, kind="node"):
+        vs = [Value(self.new_name(), dt, sh, kind) for dt, sh in types]
+        ops = ", ".join(o if isinstance(o, str) else "%" + o.name for o in operands)
+        line = "  %s = aten.%s(%s)" % (", ".join("%" + v.name for v in vs), op, ops)
+        if attrs:
+            line += " {" + ", ".join("%s=%s" % kv for kv in attrs) + "}"
+        line += " : " + ", ".join("%s[%s]" % (v.dtype, ", ".join(map(dim_str, v.shape))) for v in vs)
+        self.lines.append(line)
+        self.values.extend(vs)
+        return vs[0]
+
     def pick(self, pred=lambda v: True, recent=True):
         cands = [v for v in self.values if pred(v)]
         if not cands:
@@ -525,7 +536,64 @@ class Gen:
         self.op_reshape(self.emit("reciprocal", [s], [], x.dtype, m.shape))
         return n
 
-    OPS = [("param", 3), ("unary", 14), ("guarded", 4), ("binary", 14), ("int", 3),
+    def op_more(self):
+        """clamp lerp addcmul var_mean native_layer_norm embedding
+        index_select bmm addmm full/arange/ones_like."""
+        c = self.r.choice(["clamp", "lerp", "addcmul", "var_mean", "native_layer_norm", "embedding",
+                           "index_select", "bmm", "addmm", "source"])
+        x = self.pick(lambda v: is_float(v.dtype) and v.rank() > 0 and v.concrete())
+        if x is None:
+            return None
+        n = x.rank()
+        if c == "clamp":
+            return self.emit("clamp", [x], [("min", "-0.5"), ("max", "0.75")] if self.r.random() < 0.7
+                             else [("min", "0")], x.dtype, x.shape)
+        if c in ("lerp", "addcmul"):
+            a, b = self.param(x.dtype, x.shape), self.param(x.dtype, x.shape[1:])
+            attrs = [("value", "0.5")] if c == "addcmul" and self.r.random() < 0.5 else []
+            return self.emit(c, [x, a, b], attrs, x.dtype, x.shape)
+        if c == "var_mean":
+            d = self.r.randrange(n)
+            keep = self.r.random() < 0.5
+            sh = [1 if i == d else s for i, s in enumerate(x.shape)] if keep else x.shape[:d] + x.shape[d + 1:]
+            return self.emit_multi("var_mean", [x], [("dims", "[%d]" % d), ("correction", "0"),
+                                   ("keepdim", "true" if keep else "false")], [(x.dtype, sh)] * 2, "reduction")
+        if c == "native_layer_norm":
+            st = x.shape[:-1] + [1]
+            return self.emit_multi("native_layer_norm", [x, self.param(x.dtype, x.shape[-1:]), "none"],
+                                   [("normalized_shape", "[%d]" % x.shape[-1]), ("eps", "1e-5")],
+                                   [(x.dtype, x.shape), (x.dtype, st), (x.dtype, st)], "reduction")
+        if c == "embedding" and n == 2 and x.shape[0] > 0:
+            idx = self.param("i64", self.rand_shape(self.r.randint(1, 2)))
+            return self.emit("embedding", [x, idx], [], x.dtype, idx.shape + [x.shape[1]])
+        if c == "index_select":
+            d = self.r.randrange(n)
+            if x.shape[d] == 0:
+                return None
+            idx = self.param("i64", [self.r.choice([1, 2, 5])])
+            return self.emit("index_select", [x, idx], [("dim", str(d))], x.dtype,
+                             x.shape[:d] + idx.shape + x.shape[d + 1:])
+        if c == "bmm" and n == 3:
+            m = self.r.choice([1, 2, 5])
+            return self.emit("bmm", [x, self.param(x.dtype, [x.shape[0], x.shape[2], m])], [], x.dtype,
+                             [x.shape[0], x.shape[1], m])
+        if c == "addmm" and n == 2:
+            m = self.r.choice([1, 2, 5])
+            return self.emit("addmm", [self.param(x.dtype, [m]), x, self.param(x.dtype, [x.shape[1], m])],
+                             [("beta", "0.5")] if self.r.random() < 0.3 else [], x.dtype, [x.shape[0], m])
+        if c == "source":
+            k = self.r.random()
+            if k < 0.3:
+                return self.emit("ones_like", [x], [], x.dtype, x.shape)
+            if k < 0.6 and x.shape[-1] > 0:
+                a = self.emit("arange", [], [("end", str(x.shape[-1])), ("dtype", x.dtype)], x.dtype, [x.shape[-1]])
+                return self.emit("mul", [x, a], [], x.dtype, x.shape)
+            f = self.emit("full", [], [("shape", "[%s]" % ", ".join(map(str, x.shape))), ("value", "0.25"),
+                                       ("dtype", x.dtype)], x.dtype, x.shape)
+            return self.emit("add", [x, f], [], x.dtype, x.shape)
+        return None
+
+    OPS = [("more", 6), ("param", 3), ("unary", 14), ("guarded", 4), ("binary", 14), ("int", 3),
            ("compare_where", 5), ("cast", 3), ("reduce", 9), ("softmax", 3), ("norm", 3),
            ("matmul", 4), ("layout", 12), ("reshape", 4), ("cumsum", 1), ("block", 1), ("rownorm", 2)]
 
