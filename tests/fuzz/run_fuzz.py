@@ -248,6 +248,8 @@ class Fuzzer:
                   (s[0], s[len(s) // 2], s[int(len(s) * 0.9)], s[-1], big, len(s)))
         for k in sorted(self.stats):
             print("  %-60s %d" % (k, self.stats[k]))
+        if np is None:
+            print("  (no numpy in this python: outputs not compared with aten's .npy files)")
         bad = [f for f in self.findings if f[0] in FAILING]
         for kind, seed, ex, why in sorted(self.findings):
             print("  %s seed %d %s: %s" % (kind.upper(), seed, ex, why.replace("\n", " ")[:240]))
