@@ -589,7 +589,10 @@ static bool legal_fusible(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 			if (!numel(f, t->dims, t->rank, &ne))
 				return false;
 			if (sp.red) {
-				if (ne != sp.nd && ne != sp.nr && !(sp.io && ne == sp.nc))
+				/* C's count: a column value only (an unrelated value of
+				 * that count has no place in the kernel's loops) */
+				bool col = sp.io && ne == sp.nc && f->flag[f->mem[i]] == FL_COL;
+				if (ne != sp.nd && ne != sp.nr && !col)
 					return false;
 			} else if (!have) {
 				have = true;
