@@ -21,23 +21,7 @@
 
 #include <fusejit/fusejit.h>
 
-static int fails;
-#define EXPECT(c)                                                                 \
-	do {                                                                      \
-		if (!(c)) {                                                       \
-			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c); \
-			fails++;                                                  \
-		}                                                                 \
-	} while (0)
-#define EXPECT_OK(ctx, call)                                                                            \
-	do {                                                                                            \
-		fj_status st_ = (call);                                                                 \
-		if (st_ != FJ_OK) {                                                                     \
-			fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, fj_status_name(st_), \
-			        fj_context_error(ctx));                                                 \
-			fails++;                                                                        \
-		}                                                                                       \
-	} while (0)
+#include "expect.h"
 
 static const char text[] =
 	"graph @main(%x: f32[N,4], %ids: i64[M], %t: f32[K]) {\n"
