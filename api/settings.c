@@ -40,6 +40,7 @@ static const option options[] = {
 	{"libcuda", "FUSEJIT_LIBCUDA", OPT_STRING, AT(libcuda)},
 	{"nvptx_target", "FUSEJIT_NVPTX_TARGET", OPT_STRING, AT(nvptx_target)},
 	{"nvptx_device", "FUSEJIT_NVPTX_DEVICE", OPT_STRING, AT(nvptx_device)},
+	{"nvptx_sync", "FUSEJIT_NVPTX_SYNC", OPT_BOOL, AT(nvptx_sync)},
 	{"cache_fault", "FUSEJIT_CACHE_FAULT", OPT_STRING, AT(cache_fault)}, /* a testing aid (kcache.h) */
 };
 #undef AT

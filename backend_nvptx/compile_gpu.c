@@ -223,14 +223,18 @@ static fj_status region_compile(void *arg, fj_context *dctx, uint32_t i, void **
 	return st;
 }
 
-/* value_free of a region's entry: unloads its module (the driver outlives
- * the cache: slots are destroyed in reverse order). */
+/* value_free of a region's entry: unloads its module in the driver's
+ * context, made current for it (the driver outlives the cache: slots are
+ * destroyed in reverse order). */
 static void kernel_free(fj_context *ctx, void *value)
 {
 	fj_nvptx_kernel *k = value;
 	fj_nvptx_state *s;
-	if (k->cumod && fj_nvptx_state_get(ctx, &s) == FJ_OK && s->cu && s->cu->init_status == FJ_OK)
+	if (k->cumod && fj_nvptx_state_get(ctx, &s) == FJ_OK && s->cu && s->cu->init_status == FJ_OK &&
+	    fj_cu_push(s->cu) == FJ_OK) {
 		s->cu->api.cuModuleUnload(k->cumod);
+		fj_cu_pop(s->cu);
+	}
 	free(k);
 }
 

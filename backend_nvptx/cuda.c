@@ -161,6 +161,8 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 	LOAD(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL);
 	LOAD(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
 	LOAD(cuCtxSetCurrent, "cuCtxSetCurrent", NULL);
+	LOAD(cuCtxPushCurrent, "cuCtxPushCurrent_v2", NULL);
+	LOAD(cuCtxPopCurrent, "cuCtxPopCurrent_v2", NULL);
 	LOAD(cuCtxSynchronize, "cuCtxSynchronize", NULL);
 	LOAD(cuModuleLoadDataEx, "cuModuleLoadDataEx", NULL);
 	LOAD(cuModuleUnload, "cuModuleUnload", NULL);
@@ -170,8 +172,6 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 	LOAD(cuMemAlloc, "cuMemAlloc_v2", NULL);
 	LOAD(cuMemFree, "cuMemFree_v2", NULL);
 	LOAD(cuMemGetInfo, "cuMemGetInfo_v2", NULL);
-	LOAD(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL);
-	LOAD(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL);
 	LOAD(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL);
 	LOAD(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL);
 	LOAD(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL);
@@ -206,9 +206,12 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 	cu->api.cuDeviceGetAttribute(&cu->sm_count, 16, cu->device);
 	if ((st = FJ_CU(cu, cuDevicePrimaryCtxRetain(&cu->cuctx, cu->device))) != FJ_OK)
 		goto out;
-	if ((st = FJ_CU(cu, cuCtxSetCurrent(cu->cuctx))) != FJ_OK)
+	/* the caller's current context (PyTorch's, say) is restored below */
+	if ((st = fj_cu_push(cu)) != FJ_OK)
 		goto out;
-	if ((st = FJ_CU(cu, cuStreamCreate(&cu->stream, 1 /* CU_STREAM_NON_BLOCKING */))) != FJ_OK)
+	st = FJ_CU(cu, cuStreamCreate(&cu->stream, 1 /* CU_STREAM_NON_BLOCKING */));
+	fj_cu_pop(cu);
+	if (st != FJ_OK)
 		goto out;
 	cu->cur = cu->stream;
 	if (cu->cc_major < 8) {
@@ -251,14 +254,15 @@ void fj_cu_driver_free(fj_cu *cu)
 {
 	if (!cu)
 		return;
-	if (cu->cuctx) {
-		cu->api.cuCtxSetCurrent(cu->cuctx);
+	if (cu->cuctx && fj_cu_push(cu) == FJ_OK) {
 		cu->api.cuCtxSynchronize();
 		free_blocks(cu, true);
 		if (cu->stream)
 			cu->api.cuStreamDestroy(cu->stream);
-		cu->api.cuDevicePrimaryCtxRelease(cu->device);
+		fj_cu_pop(cu);
 	}
+	if (cu->cuctx)
+		cu->api.cuDevicePrimaryCtxRelease(cu->device);
 	free(cu->blocks);
 	/* The library stays loaded: unloading a CUDA driver is unsafe while
 	 * other contexts of the process may use it. */
@@ -279,7 +283,7 @@ static fj_status get_locked(fj_context *ctx, fj_nvptx_state *s, fj_cu **out)
 	if (s->cu->init_status != FJ_OK)
 		return fj_error_status(ctx, s->cu->init_status, (fj_loc){0}, "%s", s->cu->init_error);
 	*out = s->cu;
-	return FJ_CU(s->cu, cuCtxSetCurrent(s->cu->cuctx));
+	return FJ_OK;
 }
 
 fj_status fj_cu_get(fj_context *ctx, fj_cu **out)
@@ -321,6 +325,38 @@ bool fj_cu_usable(fj_context *ctx)
 	return ok;
 }
 
+/* ---- the current context ---- */
+
+fj_status fj_cu_push(fj_cu *cu) { return FJ_CU(cu, cuCtxPushCurrent(cu->cuctx)); }
+
+void fj_cu_pop(fj_cu *cu)
+{
+	void *popped = NULL;
+	cu->api.cuCtxPopCurrent(&popped);
+}
+
+/* ---- faults ---- */
+
+/* A synchronising call's result: an asynchronous fault of a kernel surfaces
+ * here, so the message says which kernels may have caused it. */
+static fj_status sync_check(fj_cu *cu, int res, const char *call, const char *file, int line)
+{
+	unsigned n = cu->launches_since_sync;
+	if (res == 0) {
+		cu->launches_since_sync = 0;
+		return FJ_OK;
+	}
+	char msg[600];
+	fj_cu_format_error(msg, sizeof msg, res, call, file, line);
+	if (n == 0)
+		return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0}, "%s", msg);
+	return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0},
+	                       "%s: a fault of %s%u kernel%s launched since the last synchronisation (the last: %s); "
+	                       "FUSEJIT_NVPTX_SYNC=1 (option nvptx_sync) waits after each launch and names the kernel",
+	                       msg, n > 1 ? "one of the " : "", n, n > 1 ? "s" : "", cu->last_kernel);
+}
+#define FJ_CU_SYNC(cu, call) sync_check((cu), (int)((cu)->api.call), #call, __FILE__, __LINE__)
+
 /* ---- memory ---- */
 
 fj_status fj_cu_alloc(fj_cu *cu, size_t n, fj_cu_dptr *out)
@@ -350,7 +386,9 @@ fj_status fj_cu_alloc(fj_cu *cu, size_t n, fj_cu_dptr *out)
 	fj_cu_dptr p = 0;
 	int r = cu->api.cuMemAlloc(&p, n);
 	if (r == 2 /* out of memory */) {
-		cu->api.cuCtxSynchronize();
+		fj_status st = FJ_CU_SYNC(cu, cuCtxSynchronize());
+		if (st != FJ_OK)
+			return st;
 		free_blocks(cu, false);
 		r = cu->api.cuMemAlloc(&p, n);
 	}
@@ -377,24 +415,13 @@ void fj_cu_release(fj_cu *cu, fj_cu_dptr p)
 
 fj_status fj_cu_htod(fj_cu *cu, fj_cu_dptr dst, const void *src, size_t n)
 {
-	if (!n)
-		return FJ_OK;
-	if (cu->cur != cu->stream)
-		return FJ_CU(cu, cuMemcpyHtoDAsync(dst, src, n, cu->cur));
-	fj_status st = FJ_CU(cu, cuStreamSynchronize(cu->stream));
-	return st ? st : FJ_CU(cu, cuMemcpyHtoD(dst, src, n));
+	return n ? FJ_CU(cu, cuMemcpyHtoDAsync(dst, src, n, cu->cur)) : FJ_OK;
 }
 
 fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n)
 {
-	if (cu->cur != cu->stream) {
-		fj_status st = n ? FJ_CU(cu, cuMemcpyDtoHAsync(dst, src, n, cu->cur)) : FJ_OK;
-		return st ? st : FJ_CU(cu, cuStreamSynchronize(cu->cur));
-	}
-	fj_status st = FJ_CU(cu, cuStreamSynchronize(cu->stream));
-	if (st || !n)
-		return st;
-	return FJ_CU(cu, cuMemcpyDtoH(dst, src, n));
+	fj_status st = n ? FJ_CU(cu, cuMemcpyDtoHAsync(dst, src, n, cu->cur)) : FJ_OK;
+	return st ? st : FJ_CU_SYNC(cu, cuStreamSynchronize(cu->cur));
 }
 
 fj_status fj_cu_dtod(fj_cu *cu, fj_cu_dptr dst, fj_cu_dptr src, size_t n)
@@ -409,7 +436,7 @@ fj_status fj_cu_memset0(fj_cu *cu, fj_cu_dptr dst, size_t n)
 
 fj_status fj_cu_sync(fj_cu *cu)
 {
-	return FJ_CU(cu, cuStreamSynchronize(cu->cur));
+	return FJ_CU_SYNC(cu, cuStreamSynchronize(cu->cur));
 }
 
 void fj_cu_set_stream(fj_cu *cu, void *stream) { cu->cur = stream ? stream : cu->stream; }
@@ -445,15 +472,27 @@ fj_status fj_cu_function(fj_cu *cu, void *mod, const char *name, void **fn)
 	return FJ_CU(cu, cuModuleGetFunction(fn, mod, name));
 }
 
-fj_status fj_cu_launch(fj_cu *cu, void *fn, unsigned grid, unsigned block, unsigned shared, void **params)
+fj_status fj_cu_launch(fj_cu *cu, void *fn, const char *name, unsigned grid, unsigned block, unsigned shared,
+                       void **params)
 {
+	fj_status st;
 	if (shared > 48 * 1024) {
 		/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
-		fj_status st = FJ_CU(cu, cuFuncSetAttribute(fn, 8, (int)shared));
-		if (st)
+		if ((st = FJ_CU(cu, cuFuncSetAttribute(fn, 8, (int)shared))) != FJ_OK)
 			return st;
 	}
-	return FJ_CU(cu, cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, cu->cur, params, NULL));
+	snprintf(cu->last_kernel, sizeof cu->last_kernel, "%s", name);
+	cu->launches_since_sync++;
+	int r = cu->api.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, cu->cur, params, NULL);
+	if (r != 0) {
+		char msg[600];
+		fj_cu_format_error(msg, sizeof msg, r, "cuLaunchKernel", __FILE__, __LINE__);
+		return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0}, "%s: kernel %s (grid %u, block %u, %u bytes of "
+		                       "dynamic shared memory)", msg, name, grid, block, shared);
+	}
+	if (fj_context_settings(cu->ctx)->nvptx_sync)
+		return FJ_CU_SYNC(cu, cuStreamSynchronize(cu->cur));
+	return FJ_OK;
 }
 
 fj_status fj_cu_event_create(fj_cu *cu, void **ev)
@@ -468,7 +507,7 @@ fj_status fj_cu_event_record(fj_cu *cu, void *ev)
 
 fj_status fj_cu_event_elapsed(fj_cu *cu, void *start, void *end, float *ms)
 {
-	fj_status st = FJ_CU(cu, cuEventSynchronize(end));
+	fj_status st = FJ_CU_SYNC(cu, cuEventSynchronize(end));
 	return st ? st : FJ_CU(cu, cuEventElapsedTime(ms, start, end));
 }
 
@@ -480,7 +519,7 @@ void fj_cu_event_destroy(fj_cu *cu, void *ev)
 
 fj_status fj_cu_event_sync(fj_cu *cu, void *ev)
 {
-	return FJ_CU(cu, cuEventSynchronize(ev));
+	return FJ_CU_SYNC(cu, cuEventSynchronize(ev));
 }
 
 fj_status fj_cu_stream_wait(fj_cu *cu, void *ev)

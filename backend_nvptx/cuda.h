@@ -34,6 +34,8 @@ typedef struct fj_cu_api {
 	fj_cu_result (*cuDevicePrimaryCtxRetain)(void **, int);
 	fj_cu_result (*cuDevicePrimaryCtxRelease)(int);   /* _v2 */
 	fj_cu_result (*cuCtxSetCurrent)(void *);
+	fj_cu_result (*cuCtxPushCurrent)(void *);                    /* _v2 */
+	fj_cu_result (*cuCtxPopCurrent)(void **);                    /* _v2 */
 	fj_cu_result (*cuCtxSynchronize)(void);
 	fj_cu_result (*cuModuleLoadDataEx)(void **, const void *, unsigned, int *, void **);
 	fj_cu_result (*cuModuleUnload)(void *);
@@ -44,8 +46,6 @@ typedef struct fj_cu_api {
 	fj_cu_result (*cuMemAlloc)(fj_cu_dptr *, size_t);            /* _v2 */
 	fj_cu_result (*cuMemFree)(fj_cu_dptr);                       /* _v2 */
 	fj_cu_result (*cuMemGetInfo)(size_t *, size_t *);            /* _v2 */
-	fj_cu_result (*cuMemcpyHtoD)(fj_cu_dptr, const void *, size_t); /* _v2 */
-	fj_cu_result (*cuMemcpyDtoH)(void *, fj_cu_dptr, size_t);    /* _v2 */
 	fj_cu_result (*cuMemcpyDtoDAsync)(fj_cu_dptr, fj_cu_dptr, size_t, void *); /* _v2 */
 	fj_cu_result (*cuMemcpyHtoDAsync)(fj_cu_dptr, const void *, size_t, void *); /* _v2 */
 	fj_cu_result (*cuMemcpyDtoHAsync)(void *, fj_cu_dptr, size_t, void *);       /* _v2 */
@@ -80,6 +80,9 @@ typedef struct fj_cu {
 	char name[128];
 	fj_cu_block *blocks; /* the caching allocator's blocks */
 	uint32_t nblocks, cap_blocks;
+	/* what ran since the last synchronisation: a fault surfaces there */
+	char last_kernel[112];
+	unsigned launches_since_sync;
 	fj_status init_status; /* FJ_OK once initialised; the failure otherwise */
 	char init_error[512];
 } fj_cu;
@@ -100,22 +103,33 @@ void fj_cu_format_error(char *buf, size_t size, int res, const char *call, const
 fj_status fj_cu_open(fj_context *ctx, const char *path, fj_cu **out);
 void fj_cu_driver_free(fj_cu *cu);
 /* The context's driver (opened once; a failure is remembered and reported
- * again, as the same sentence, on each call). Makes its context current. */
+ * again, as the same sentence, on each call). The calling thread's current
+ * CUDA context is left as it was: driver work runs between fj_cu_push and
+ * fj_cu_pop (the device's enter and leave). */
 fj_status fj_cu_get(fj_context *ctx, fj_cu **out);
 /* True when a driver and a GPU are usable (records nothing): --executor=auto. */
 bool fj_cu_usable(fj_context *ctx);
+
+/* Makes the primary context current on this thread (pushed on its stack of
+ * contexts); fj_cu_pop restores the caller's. */
+fj_status fj_cu_push(fj_cu *cu);
+void fj_cu_pop(fj_cu *cu);
 
 /* Device memory: the caching allocator (blocks are reused by size, freed to
  * the driver on out-of-memory and at the end). */
 fj_status fj_cu_alloc(fj_cu *cu, size_t n, fj_cu_dptr *out);
 void fj_cu_release(fj_cu *cu, fj_cu_dptr p);
-/* On fusejit's own stream: synchronised, then a synchronous copy. On a
- * caller's stream: queued on it (the driver stages pageable memory), and
- * dtoh then synchronises that stream (the data is there on return). */
+/* Copies, always on the current stream (fusejit's own, non-blocking, or a
+ * caller's), never on the legacy stream, which a non-blocking stream does
+ * not wait for: htod is queued (the driver stages pageable memory before it
+ * returns, so src may be reused at once), dtoh waits for the stream (the
+ * data is there on return). */
 fj_status fj_cu_htod(fj_cu *cu, fj_cu_dptr dst, const void *src, size_t n);
 fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n);
 fj_status fj_cu_dtod(fj_cu *cu, fj_cu_dptr dst, fj_cu_dptr src, size_t n); /* on the stream */
 fj_status fj_cu_memset0(fj_cu *cu, fj_cu_dptr dst, size_t n);            /* on the stream */
+/* Waits for the current stream. A fault there (an asynchronous error) is
+ * reported with the kernels launched since the last synchronisation. */
 fj_status fj_cu_sync(fj_cu *cu);
 /* The stream the copies, launches and events above use from now on: a
  * caller's CUstream (of the primary context), or NULL for fusejit's own. */
@@ -124,7 +138,10 @@ void fj_cu_set_stream(fj_cu *cu, void *stream);
 /* Modules: PTX -> module, with the JIT's error log in the diagnostic. */
 fj_status fj_cu_module_load(fj_cu *cu, const char *ptx, void **mod);
 fj_status fj_cu_function(fj_cu *cu, void *mod, const char *name, void **fn);
-fj_status fj_cu_launch(fj_cu *cu, void *fn, unsigned grid, unsigned block, unsigned shared, void **params);
+/* Launches entry `name` (fn) on the current stream. With the settings'
+ * nvptx_sync (a debugging aid), waits for it and names it on a fault. */
+fj_status fj_cu_launch(fj_cu *cu, void *fn, const char *name, unsigned grid, unsigned block, unsigned shared,
+                       void **params);
 
 /* Events, for --bench. */
 fj_status fj_cu_event_create(fj_cu *cu, void **ev);

@@ -64,7 +64,7 @@ static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
 	fj_status st = fj_nvptx_enter(cu->ctx);
 	if (st != FJ_OK)
 		return st;
-	if (!k->cumod) {
+	if (!k->cumod && (st = fj_cu_push(cu)) == FJ_OK) {
 		void *mod = NULL;
 		st = fj_cu_module_load(cu, k->ptx, &mod);
 		for (int v = 0; st == FJ_OK && v < k->nvariants; v++)
@@ -73,6 +73,7 @@ static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
 			k->cumod = mod;
 		else if (mod)
 			cu->api.cuModuleUnload(mod);
+		fj_cu_pop(cu);
 	}
 	fj_nvptx_leave(cu->ctx);
 	return st;
@@ -96,21 +97,29 @@ static fj_status cu_launch(void *ud, void *kern, int variant, unsigned grid, uns
 	void *params[nargs ? nargs : 1];
 	for (uint32_t j = 0; j < nargs; j++)
 		params[j] = (void *)&args[j];
-	return fj_cu_launch(ud, k->fn[variant], grid, block, shared, params);
+	return fj_cu_launch(ud, k->fn[variant], k->entry[variant], grid, block, shared, params);
 }
 
-/* Makes the primary context current on this thread and takes the lock. */
+/* Takes the lock and makes the primary context current on this thread;
+ * leave restores the caller's current context. */
 static fj_status cu_enter(void *ud)
 {
 	fj_cu *cu = ud, *again;
 	fj_status st = fj_cu_get(cu->ctx, &again);
-	return st == FJ_OK ? fj_nvptx_enter(cu->ctx) : st;
+	if (st == FJ_OK)
+		st = fj_nvptx_enter(cu->ctx);
+	if (st != FJ_OK)
+		return st;
+	if ((st = fj_cu_push(cu)) != FJ_OK)
+		fj_nvptx_leave(cu->ctx);
+	return st;
 }
 
 static void cu_leave(void *ud)
 {
 	fj_cu *cu = ud;
 	fj_cu_set_stream(cu, NULL);
+	fj_cu_pop(cu);
 	fj_nvptx_leave(cu->ctx);
 }
 

@@ -441,6 +441,59 @@ static void put_renumbered(fj_buf *out, const char *p, size_t n)
 	free(seen);
 }
 
+/* The alignment LLVM knows for parameter i of kernel `name` (0: none, or
+ * not a pointer). */
+static unsigned param_align(LLVMModuleRef mod, const char *name, size_t len, unsigned i)
+{
+	char fname[256];
+	if (len >= sizeof fname)
+		return 0;
+	memcpy(fname, name, len);
+	fname[len] = 0;
+	LLVMValueRef f = LLVMGetNamedFunction(mod, fname);
+	if (!f || i >= LLVMCountParams(f) || LLVMGetTypeKind(LLVMTypeOf(LLVMGetParam(f, i))) != LLVMPointerTypeKind)
+		return 0;
+	unsigned kind = LLVMGetEnumAttributeKindForName("align", 5);
+	LLVMAttributeRef at = LLVMGetEnumAttributeAtIndex(f, i + 1, kind);
+	return at ? (unsigned)LLVMGetEnumAttributeValue(at) : 0;
+}
+
+/* LLVM declares a kernel's pointer parameters as plain .u64 for the CUDA
+ * driver interface. Each one becomes `.param .u64 .ptr .global .align N`
+ * (PTX ISA, kernel parameter attributes) with the alignment the code
+ * assumes, so that a driver, or a reader, can check the arguments against
+ * it. Writes the rewritten text of p to out. */
+static void put_param_attrs(fj_buf *out, LLVMModuleRef mod, const char *p, size_t n)
+{
+	static const char entry[] = ".entry ", param[] = "\t.param .u64 ";
+	const char *name = NULL;
+	size_t namelen = 0, i = 0;
+	while (i < n) {
+		const char *nl = memchr(p + i, '\n', n - i);
+		size_t e = nl ? (size_t)(nl - p) + 1 : n, len = e - i;
+		const char *q = p + i, *ent = len > sizeof entry ? memmem(q, len, entry, sizeof entry - 1) : NULL;
+		if (ent) {
+			name = ent + sizeof entry - 1;
+			namelen = strcspn(name, "(\n");
+		}
+		const char *u = len > sizeof param && memcmp(q, param, sizeof param - 1) == 0 ? q + sizeof param - 1 : NULL;
+		const char *pi = u && name ? memmem(u, len - (size_t)(u - q), "_param_", 7) : NULL;
+		unsigned al = 0;
+		if (pi && (size_t)(pi - u) == namelen && memcmp(u, name, namelen) == 0)
+			al = param_align(mod, name, namelen, (unsigned)strtoul(pi + 7, NULL, 10));
+		if (al) {
+			fj_buf_putn(out, q, sizeof param - 1);
+			fj_buf_printf(out, ".ptr .global .align %u ", al);
+			fj_buf_putn(out, u, e - (size_t)(u - p));
+		} else {
+			fj_buf_putn(out, q, len);
+		}
+		if (len && q[0] == ')')
+			name = NULL;
+		i = e;
+	}
+}
+
 fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out)
 {
 	LLVMMemoryBufferRef mb = NULL;
@@ -458,8 +511,16 @@ fj_status fj_nvptx_comp_ptx(fj_nvptx_comp *c, fj_buf *out)
 		return fj_error_status(c->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx: PTX emission failed: %s",
 		                       c->first_error);
 	}
-	put_renumbered(out, LLVMGetBufferStart(mb), LLVMGetBufferSize(mb));
+	fj_buf ptx;
+	fj_buf_init(&ptx, c->ctx);
+	put_param_attrs(&ptx, c->mod, LLVMGetBufferStart(mb), LLVMGetBufferSize(mb));
 	LLVMDisposeMemoryBuffer(mb);
+	if (ptx.oom) {
+		fj_buf_free(&ptx);
+		return fj_error_status(c->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	}
+	put_renumbered(out, ptx.data, ptx.len);
+	fj_buf_free(&ptx);
 	return out->oom ? FJ_ERR_NOMEM : FJ_OK;
 }
 

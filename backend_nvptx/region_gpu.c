@@ -138,8 +138,18 @@ fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 		bool input = i < n->nopnds || i == ndims_i;
 		if (input)
 			fj_cg_add_attr(cg, f, (int)i + 1, "readonly", 0);
-		if (align && i < n->nopnds + n->nres)
-			fj_cg_add_attr(cg, f, (int)i + 1, "align", align);
+	}
+	/* Every pointer's alignment, which the PTX declares (.ptr .align, so
+	 * that a driver can check the arguments): `align` for the tensors of a
+	 * vectorised entry, else their element's; the sizes are i64, the status
+	 * an i32, the workspace holds f64 partials. */
+	for (uint32_t i = 0; i < np; i++) {
+		unsigned al = i == ndims_i ? 8 : i == ndims_i + 1 ? 4 : i > ndims_i ? 16 : align;
+		if (!al) {
+			fj_vid v = i < n->nopnds ? n->opnds[i] : n->res[i - n->nopnds];
+			al = v == FJ_NOVAL ? 1 : (unsigned)fj_dtype_size(k->a->g->values[v].type.dtype);
+		}
+		fj_cg_add_attr(cg, f, (int)i + 1, "align", al ? al : 1);
 	}
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
 	LLVMPositionBuilderAtEnd(cg->b, cg->entry);

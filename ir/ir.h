@@ -79,6 +79,7 @@ typedef struct fj_settings {
 	char *libcuda;            /* "libcuda": the driver library; NULL = libcuda.so.1 */
 	char *nvptx_target;       /* "nvptx_target": NULL = the GPU's own architecture */
 	char *nvptx_device;       /* "nvptx_device": NULL or "cuda", "emulator" */
+	bool nvptx_sync;          /* "nvptx_sync": wait after each GPU launch, name a faulting kernel */
 	char *cache_fault;        /* "cache_fault": a fault in the disk cache's writes (tests) */
 } fj_settings;
 

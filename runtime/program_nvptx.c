@@ -33,8 +33,10 @@
 typedef struct nvkernel {
 	uint32_t node;
 	void *k;                 /* the device's prepared kernel */
-	fj_nvptx_plan plan;
-	uint64_t ws;             /* the plan's workspace (zeroed at bind), or 0 */
+	fj_nvptx_plan plan;      /* for 16-byte aligned pointers (the program's own buffers) */
+	fj_nvptx_plan plan_u;    /* for others: a caller's device tensor may start at any element */
+	uint64_t ws;             /* the plans' workspace (zeroed at bind), or 0 */
+	size_t ws_bytes;
 	size_t dims_off;         /* in i64 elements, into the dims array */
 	uint32_t *xsyms, nxsyms; /* extra symbols (codegen/region.h), after the sizes */
 } nvkernel;
@@ -60,6 +62,8 @@ struct fj_rt_nvprog {
 	uint32_t npbuf;
 	uint64_t dims, status;
 	bool may_fail;
+	bool ws_dirty;           /* a run failed after its launches began: a split reduction's
+	                          * counters may not be back at zero (zeroed before the next) */
 	/* streams (see the top) */
 	void *stream;            /* the caller's stream for the next bind and runs; NULL: the device's own */
 	void *done;              /* an event behind the last run queued on a caller's stream, or NULL */
@@ -338,11 +342,14 @@ static fj_status plan_launches(fj_rt_nvprog *p, size_t *ndims_total)
 		nvkernel *nk = &p->kern[q];
 		const fj_node *n = &g->nodes[nk->node];
 		st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
+		if (st == FJ_OK)
+			st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, false, &nk->plan_u);
 		/* a split reduction's counters start at zero; its last blocks re-zero them */
-		if (st == FJ_OK && nk->plan.workspace)
-			st = p->dev.alloc(p->dev.ud, nk->plan.workspace, &nk->ws);
+		nk->ws_bytes = nk->plan.workspace > nk->plan_u.workspace ? nk->plan.workspace : nk->plan_u.workspace;
+		if (st == FJ_OK && nk->ws_bytes)
+			st = p->dev.alloc(p->dev.ud, nk->ws_bytes, &nk->ws);
 		if (st == FJ_OK && nk->ws)
-			st = p->dev.memset0(p->dev.ud, nk->ws, nk->plan.workspace);
+			st = p->dev.memset0(p->dev.ud, nk->ws, nk->ws_bytes);
 		p->may_fail |= nk->plan.may_fail;
 		nk->dims_off = *ndims_total;
 		for (uint32_t j = 0; j < n->nopnds; j++)
@@ -426,24 +433,42 @@ static fj_status upload(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs)
 	return st;
 }
 
+/* After a failed run: the workspaces back to zero (a faulted split
+ * reduction may have left its counters part-way). */
+static fj_status rezero_workspaces(fj_rt_nvprog *p)
+{
+	fj_status st = FJ_OK;
+	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++)
+		if (p->kern[q].ws)
+			st = p->dev.memset0(p->dev.ud, p->kern[q].ws, p->kern[q].ws_bytes);
+	if (st == FJ_OK)
+		p->ws_dirty = false;
+	return st;
+}
+
+/* Launches every kernel; each picks its plan from the pointers it gets
+ * this run (the vectorised variants need 16-byte aligned ones). */
 static fj_status launch_all(fj_rt_nvprog *p)
 {
 	const fj_graph *g = p->g;
-	fj_status st = FJ_OK;
+	fj_status st = p->ws_dirty ? rezero_workspaces(p) : FJ_OK;
 	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
 		nvkernel *nk = &p->kern[q];
 		const fj_node *n = &g->nodes[nk->node];
 		uint32_t np = n->nopnds + n->nres + 2;
 		uint64_t args[np + 1]; /* + the workspace, which only split entries declare */
+		bool aligned = true;
 		for (uint32_t j = 0; j < n->nopnds + n->nres; j++) {
 			fj_vid v = j < n->nopnds ? n->opnds[j] : n->res[j - n->nopnds];
 			args[j] = v == FJ_NOVAL ? 0 : p->vbuf[v];
+			aligned &= args[j] % 16 == 0;
 		}
 		args[np - 2] = p->dims + nk->dims_off * sizeof(int64_t);
 		args[np - 1] = p->status + q * sizeof(int32_t);
 		args[np] = nk->ws;
-		for (int s = 0; s < nk->plan.n && st == FJ_OK; s++) {
-			const fj_nvptx_launch_step *ls = &nk->plan.launch[s];
+		const fj_nvptx_plan *plan = aligned ? &nk->plan : &nk->plan_u;
+		for (int s = 0; s < plan->n && st == FJ_OK; s++) {
+			const fj_nvptx_launch_step *ls = &plan->launch[s];
 			st = p->dev.launch(p->dev.ud, nk->k, ls->variant, ls->grid, ls->block, ls->shared, args, np + 1);
 		}
 	}
@@ -570,6 +595,7 @@ fj_status fj_rt_nvptx_bench(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, 
 	free(times);
 	if (st == FJ_OK)
 		st = p->dev.sync(p->dev.ud);
+	p->ws_dirty |= st != FJ_OK;
 	if (st == FJ_OK)
 		st = fence(p);
 	return st;
@@ -665,10 +691,12 @@ fj_status fj_rt_nvptx_run_dev(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs
 	for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++)
 		if (!(in_dev && in_dev[i]))
 			st = p->dev.htod(p->dev.ud, p->vbuf[g->params[i]], inputs[i]->data, p->vbytes[g->params[i]]);
+	bool launched = st == FJ_OK;
 	if (st == FJ_OK)
 		st = launch_all(p);
 	if (st == FJ_OK && !async)
 		st = p->dev.sync(p->dev.ud);
+	p->ws_dirty |= launched && st != FJ_OK;
 	if (st == FJ_OK)
 		st = check_status(p);
 	for (uint32_t k = 0; k < g->nresults && st == FJ_OK; k++)

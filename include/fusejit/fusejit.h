@@ -128,6 +128,10 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *                                              is NULL (the GPU's own)
  *   nvptx_device      FUSEJIT_NVPTX_DEVICE     nvptx: "cuda" (the driver) or "emulator" (a host
  *                                              emulator of the GPU kernels, for tests)
+ *   nvptx_sync        FUSEJIT_NVPTX_SYNC       debugging aid: wait for each GPU kernel as it is
+ *                                              launched, so a fault names its kernel (0: a fault
+ *                                              surfaces at the next synchronisation, naming the
+ *                                              kernels launched since the previous one)
  *   nvptx_variants    FUSEJIT_NVPTX_VARIANTS   testing aid: forces GPU template variants
  *   ptx_all_variants  FUSEJIT_PTX_ALL_VARIANTS PTX emission writes every variant (0)
  *   cache_fault       FUSEJIT_CACHE_FAULT      testing aid: a fault in the disk cache's writes,
