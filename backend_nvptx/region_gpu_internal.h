@@ -18,7 +18,7 @@
 #define REG_E 8       /* _reg8: positions per thread (region_gpu_reduce.c) */
 #define REG_BLOCK 512 /* maxntid 512: up to 128 registers, no spills */
 #define COL_BLOCK 256 /* _col: at most 256 threads (region_gpu_reduce.c) */
-#define IO_SMS 132    /* H100 SXM: 132 SMs (H200 too) (region_gpu_split.c) */
+#define IO_SMS 132    /* H100 SXM: 132 SMs (H200 too) (region_gpu_inner_outer.c) */
 /* tensor-core matmul tiles (region_gpu_matmul.c) */
 #define MMA_BM 64
 #define MMA_BN 64
@@ -139,8 +139,6 @@ typedef struct regrow {
 	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
 } regrow;
 
-/* persistent_inner_outer with outer reductions (region_gpu_split.c's io entries). */
-bool fj_gpu_io_ok(const fj_rg_analysis *a);
 fj_status fj_gpu_red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid);
 void fj_gpu_step_phase(gk *k, redctx *rc, int ph, const V *ridx, V j);
 V fj_gpu_io_slot(gk *k, V part, V blk, int o, V len, V j);
@@ -160,13 +158,19 @@ fj_status fj_gpu_emit_bpr(gk *k);
 fj_status fj_gpu_emit_reg(gk *k);
 fj_status fj_gpu_emit_col(gk *k);
 
-/* ---- reductions merged across blocks: _split, persistent_inner_outer
- * (region_gpu_split.c) ---- */
+/* ---- outer reductions split across blocks: _split (region_gpu_split.c) ---- */
 
 bool fj_gpu_split_ok(const fj_rg_analysis *a);
 /* Bytes of counters before the partials (16-byte aligned). */
 int64_t fj_gpu_split_counter_bytes(int64_t tiles);
 fj_status fj_gpu_emit_split(gk *k);
+/* __threadfence(): device-wide ordering of this thread's memory accesses. */
+void fj_gpu_device_fence(gk *k);
+
+/* ---- persistent_inner_outer (region_gpu_inner_outer.c) ---- */
+
+/* persistent_inner_outer with outer reductions. */
+bool fj_gpu_io_ok(const fj_rg_analysis *a);
 /* The workspace of a grid of nb blocks (and of any smaller grid). */
 int64_t fj_gpu_io_ws_bytes(int64_t nb, int64_t noreds, int64_t len);
 fj_status fj_gpu_emit_io(gk *k, bool reg);

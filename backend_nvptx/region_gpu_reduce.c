@@ -11,9 +11,6 @@
 
 /* ---- reductions ---- */
 
-/* persistent_inner_outer with outer reductions (the io entries below). */
-bool fj_gpu_io_ok(const fj_rg_analysis *a) { return a->sched == FJ_RG_PERSISTENT_INNER_OUTER && a->noreds > 0; }
-
 static fj_status red_setup(gk *k, redctx *rc)
 {
 	const fj_rg_analysis *a = k->a;
