@@ -203,7 +203,8 @@ static fj_status open_driver(fj_cu *cu, const char *path)
 	cu->api.cuDeviceGetName(cu->name, (int)sizeof cu->name, cu->device);
 	cu->api.cuDeviceGetAttribute(&cu->cc_major, 75, cu->device);
 	cu->api.cuDeviceGetAttribute(&cu->cc_minor, 76, cu->device);
-	cu->api.cuDeviceGetAttribute(&cu->sm_count, 16, cu->device);
+	cu->api.cuDeviceGetAttribute(&cu->sm_count, 16, cu->device);    /* MULTIPROCESSOR_COUNT */
+	cu->api.cuDeviceGetAttribute(&cu->regs_per_sm, 82, cu->device); /* MAX_REGISTERS_PER_MULTIPROCESSOR */
 	if ((st = FJ_CU(cu, cuDevicePrimaryCtxRetain(&cu->cuctx, cu->device))) != FJ_OK)
 		goto out;
 	/* the caller's current context (PyTorch's, say) is restored below */

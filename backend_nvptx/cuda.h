@@ -76,7 +76,7 @@ typedef struct fj_cu {
 	void *cuctx;       /* the primary context */
 	void *stream;      /* fusejit's own (non-blocking) stream */
 	void *cur;         /* where queued work goes: stream, or a caller's (fj_cu_set_stream) */
-	int cc_major, cc_minor, sm_count;
+	int cc_major, cc_minor, sm_count, regs_per_sm;
 	char name[128];
 	fj_cu_block *blocks; /* the caching allocator's blocks */
 	uint32_t nblocks, cap_blocks;

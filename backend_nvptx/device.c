@@ -138,7 +138,9 @@ fj_status fj_nvptx_cuda_device(fj_context *ctx, fj_nvptx_device *out)
 	if (forced && *forced && (st = fj_nvptx_check_sm(ctx, forced)) != FJ_OK)
 		return st;
 	*out = (fj_nvptx_device){
-		.ud = cu, .name = cu->name, .target = sm, .alloc = cu_alloc, .release = cu_release, .htod = cu_htod,
+		.ud = cu, .name = cu->name, .target = sm,
+		.limits = {.sm_count = (unsigned)cu->sm_count, .regs_per_sm = (unsigned)cu->regs_per_sm},
+		.alloc = cu_alloc, .release = cu_release, .htod = cu_htod,
 		.dtoh = cu_dtoh, .dtod = cu_dtod, .memset0 = cu_memset0, .sync = cu_sync, .prepare = cu_prepare,
 		.launch = cu_launch, .event_create = cu_event_create, .event_record = cu_event_record,
 		.event_elapsed = cu_event_elapsed, .event_destroy = cu_event_destroy, .set_stream = cu_set_stream,

@@ -32,6 +32,7 @@ typedef struct fj_nvptx_device {
 	const char *name;   /* the GPU's name ("NVIDIA H200", "host emulator") */
 	const char *target; /* what the kernels are compiled for ("sm_90"; "emu") */
 	bool emulated;      /* the host emulator: not a GPU */
+	fj_nvptx_limits limits; /* SMs and register file, for launch plans (the emulator: an H100's) */
 	/* device memory */
 	fj_status (*alloc)(void *ud, size_t n, uint64_t *p);
 	void (*release)(void *ud, uint64_t p);

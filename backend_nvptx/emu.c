@@ -563,7 +563,9 @@ static void d_leave(void *ud)
 fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e)
 {
 	return (fj_nvptx_device){
-		.ud = e, .name = "host emulator", .target = "emu", .emulated = true, .alloc = d_alloc,
+		.ud = e, .name = "host emulator", .target = "emu", .emulated = true,
+		.limits = {.sm_count = 132, .regs_per_sm = 65536}, /* an H100's, so that plans are the same everywhere */
+		.alloc = d_alloc,
 		.release = d_release, .htod = d_htod, .dtoh = d_dtoh, .memset0 = d_memset0, .sync = d_sync,
 		.prepare = d_prepare, .launch = d_launch, .set_stream = d_set_stream, .enter = d_enter, .leave = d_leave,
 	};

@@ -1,17 +1,22 @@
 /* region_gpu.c -- GPU kernel templates for fused regions (fusion.kernel ->
  * PTX), on the shared region analysis and evaluator of codegen/region.h.
- * This file: the entries' plumbing (parameters, views, loops) and the table
- * of variants; the templates live in region_gpu_<family>.c (pointwise,
- * index, reduce, split, matmul), the launch plans in region_gpu_plan.c, and
- * compilation (variants in parallel, the cache of compiled regions) in
- * compile_gpu.c. What they share: region_gpu_internal.h.
+ * This file: the entries' plumbing (parameters, views, loops) and the list
+ * of template families; each family lives in its own file with its rows of
+ * the variant table {suffix, applies, emit} and its plan choice (choose):
+ * region_gpu_pointwise.c (pointwise, transpose), region_gpu_reduce.c (the
+ * row reductions; their _split in region_gpu_split.c),
+ * region_gpu_inner_outer.c (persistent_inner_outer), region_gpu_matmul.c,
+ * region_gpu_index.c (take, gather, scatter, scan). What plans share (the
+ * device's SMs and registers, launches named by entry) is in
+ * region_gpu_plan.c; compilation (variants in parallel, the cache of
+ * compiled regions) in compile_gpu.c. What they share: region_gpu_internal.h.
  *
  * Every region compiles to ONE PTX module holding its variants (entries;
  * compiled in parallel, one LLVM module each, and joined: see "a region's
  * variants compiled in parallel" in compile_gpu.c);
  * the launch plan (fj_nvptx_plan_region) picks a variant and the grid/block
- * sizes from the bound sizes at run time (the nvptx_variants setting forces one,
- * for tests). Entry names: the kernel attribute for the main variant, plus a
+ * sizes from the bound sizes and the device at run time (the nvptx_variants
+ * setting forces one, for tests). Entry names: the kernel attribute for the main variant, plus a
  * suffix for the others. The ABI is nvptx.h's. The same templates run on the
  * host emulator (emu.c) through the target hooks of fj_cg_target.
  *
@@ -272,61 +277,59 @@ void fj_gpu_store_all_lin(gk *k, V lin)
 
 V fj_gpu_result_numel(gk *k) { return fj_rg_numel(&k->r, k->body->results[0]); }
 
-/* ---- one region -> its entries ---- */
+/* ---- one region -> its entries: the variant table ---- */
+
+/* The families, in the order they are asked (`takes`): pointwise, which
+ * takes every region, last. */
+static const fj_gpu_family *const families[] = {
+	&fj_gpu_matmul_family, &fj_gpu_index_family, &fj_gpu_io_family, &fj_gpu_rows_family, &fj_gpu_pointwise_family,
+};
+
+const fj_gpu_family *fj_gpu_family_of(const fj_rg_analysis *a)
+{
+	for (size_t i = 0; i < FJ_ARRAY_LEN(families); i++)
+		if (families[i]->takes(a))
+			return families[i];
+	FJ_UNREACHABLE();
+}
+
+/* The rows of a's family that apply to a, in order (at most
+ * FJ_NVPTX_MAX_VARIANTS: a unit test checks every family's rows). */
+static int region_rows(const fj_rg_analysis *a, const fj_gpu_variant **rows)
+{
+	const fj_gpu_family *f = fj_gpu_family_of(a);
+	int n = 0;
+	for (int i = 0; i < f->nvariants && n < FJ_NVPTX_MAX_VARIANTS; i++)
+		if (!f->variants[i].applies || f->variants[i].applies(a))
+			rows[n++] = &f->variants[i];
+	return n;
+}
 
 /* Which entries a region has (the main one first). */
 int fj_gpu_region_variants(const fj_rg_analysis *a, const char **suffix)
 {
-	switch (a->sched) {
-	case FJ_RG_MATMUL: /* f16/bf16: tensor cores first, the SIMT kernel kept */
-		suffix[0] = "";
-		suffix[1] = "_simt";
-		return fj_gpu_mma_ok(a) ? 2 : 1;
-	case FJ_RG_TAKE: case FJ_RG_GATHER: case FJ_RG_SCAN:
-		suffix[0] = "";
-		return 1;
-	case FJ_RG_SCATTER:
-		suffix[0] = "";
-		suffix[1] = "_add";
-		return 2;
-	default:
-		if (fj_gpu_io_ok(a)) { /* persistent_inner_outer: the workspace entry, then registers */
-			suffix[0] = "";
-			suffix[1] = "_reg8";
-			return 2;
-		}
-		if (a->nreds) {
-			suffix[0] = "";
-			suffix[1] = "_tpr";
-			suffix[2] = "_reg8";
-			suffix[3] = "_col";
-			suffix[4] = "_split";
-			return fj_gpu_split_ok(a) ? 5 : 4;
-		}
-		suffix[0] = "";
-		suffix[1] = "_s1";
-		return 2;
-	}
+	const fj_gpu_variant *rows[FJ_NVPTX_MAX_VARIANTS];
+	int n = region_rows(a, rows);
+	for (int v = 0; v < n; v++)
+		suffix[v] = rows[v]->suffix;
+	return n;
 }
 
-static fj_status emit_variant(gk *k, int v)
+/* Emits row r and checks that the entry it emitted carries r's suffix. */
+static fj_status emit_variant(gk *k, const fj_gpu_variant *r)
 {
-	const fj_rg_analysis *a = k->a;
-	switch (a->sched) {
-	case FJ_RG_MATMUL: return fj_gpu_mma_ok(a) && v == 0 ? fj_gpu_emit_matmul_mma(k) : fj_gpu_emit_matmul(k, v == 0 ? "" : "_simt");
-	case FJ_RG_TAKE: case FJ_RG_GATHER: return fj_gpu_emit_index(k);
-	case FJ_RG_SCAN: return fj_gpu_emit_scan(k);
-	case FJ_RG_SCATTER: return fj_gpu_emit_scatter(k, v == 1);
-	default:
-		if (fj_gpu_io_ok(a))
-			return fj_gpu_emit_io(k, v == 1);
-		if (a->nreds)
-			return v == 0 ? fj_gpu_emit_bpr(k) : v == 1 ? fj_gpu_emit_tpr(k) : v == 2 ? fj_gpu_emit_reg(k) : v == 3 ? fj_gpu_emit_col(k)
-			                                                                               : fj_gpu_emit_split(k);
-		if (a->sched == FJ_RG_TRANSPOSE && v == 0 && fj_gpu_tileable(k->body))
-			return fj_gpu_emit_transpose(k);
-		return fj_gpu_emit_pointwise(k, v == 0);
-	}
+	k->fn = NULL;
+	fj_status st = r->emit(k);
+	if (st != FJ_OK)
+		return st;
+	char want[160];
+	snprintf(want, sizeof want, "%s%s", k->prefix, r->suffix);
+	size_t len = 0;
+	const char *name = k->fn ? LLVMGetValueName2(k->fn, &len) : "";
+	if (strlen(want) != len || memcmp(want, name, len) != 0)
+		return fj_error_status(k->cg->ctx, FJ_ERR_INTERNAL, k->n->loc,
+		                       "nvptx: the variant table's entry %s was emitted as %.*s", want, (int)len, name);
+	return FJ_OK;
 }
 
 /* Emits the entries of region `node` of g into cg's module: all variants
@@ -340,8 +343,8 @@ fj_status fj_gpu_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uin
 	const fj_node *n = &g->nodes[node];
 	if (n->nopnds > MAXIO || n->nres > MAXIO)
 		return fj_error_status(cg->ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: too many operands or results");
-	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
-	int nv = fj_gpu_region_variants(a, suffix);
+	const fj_gpu_variant *rows[FJ_NVPTX_MAX_VARIANTS];
+	int nv = region_rows(a, rows);
 	if (variant >= nv)
 		return fj_error_status(cg->ctx, FJ_ERR_INTERNAL, n->loc, "nvptx: region %s has no variant %d",
 		                       n->kernel ? n->kernel : "fj_kernel", variant);
@@ -356,7 +359,7 @@ fj_status fj_gpu_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uin
 	snprintf(k->prefix, sizeof k->prefix, "%s", n->kernel ? n->kernel : "fj_kernel");
 	fj_status st = FJ_OK;
 	for (int v = variant < 0 ? 0 : variant; v < (variant < 0 ? nv : variant + 1) && st == FJ_OK; v++)
-		st = emit_variant(k, v);
+		st = emit_variant(k, rows[v]);
 	free(k);
 	return st;
 }

@@ -58,11 +58,21 @@ typedef struct fj_nvptx_plan {
 	                         * launch and passed as the parameter after status */
 } fj_nvptx_plan;
 
-/* Chooses variants and grid/block sizes. dimval evaluates a (symbolic) size
- * of g's module with the bound symbols; aligned16: every pointer of the
- * launch is 16-byte aligned. */
-fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_graph *g, uint32_t node,
-                               int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
+/* What a launch plan needs to know of the device (device.h: the CUDA
+ * driver's attributes; the emulator reports an H100's). */
+typedef struct fj_nvptx_limits {
+	unsigned sm_count;    /* multiprocessors (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) */
+	unsigned regs_per_sm; /* 32-bit registers of one multiprocessor
+	                       * (CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR) */
+} fj_nvptx_limits;
+
+/* Chooses variants and grid/block sizes (the region's template family
+ * decides: region_gpu_internal.h's variant table) for device lim (the
+ * persistent grids and the split reductions fill its SMs). dimval evaluates
+ * a (symbolic) size of g's module with the bound symbols; aligned16: every
+ * pointer of the launch is 16-byte aligned. */
+fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_nvptx_limits *lim, const fj_graph *g,
+                               uint32_t node, int64_t (*dimval)(void *ud, fj_dim d), void *ud, bool aligned16,
                                fj_nvptx_plan *plan);
 
 #endif

@@ -209,3 +209,48 @@ fj_status fj_gpu_emit_scan(gk *k)
 	fj_gpu_gloop_end(k, &l);
 	return fj_gpu_entry_end(k);
 }
+
+/* ---- the family: rows and plan ---- */
+
+static bool is_take(const fj_rg_analysis *a) { return a->sched == FJ_RG_TAKE || a->sched == FJ_RG_GATHER; }
+static bool is_scan(const fj_rg_analysis *a) { return a->sched == FJ_RG_SCAN; }
+static bool is_scatter(const fj_rg_analysis *a) { return a->sched == FJ_RG_SCATTER; }
+static bool index_takes(const fj_rg_analysis *a) { return is_take(a) || is_scan(a) || is_scatter(a); }
+static fj_status emit_scatter_copy(gk *k) { return fj_gpu_emit_scatter(k, false); }
+static fj_status emit_scatter_add(gk *k) { return fj_gpu_emit_scatter(k, true); }
+
+static const fj_gpu_variant index_variants[] = {
+	{"", is_take, fj_gpu_emit_index},
+	{"", is_scan, fj_gpu_emit_scan},
+	{"", is_scatter, emit_scatter_copy}, /* out = self */
+	{"_add", is_scatter, emit_scatter_add},
+};
+
+/* A thread per element of the opaque result (take, gather), per line
+ * (scan); scatter: the copy, then a thread per source element. */
+static fj_status index_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
+{
+	const fj_graph *body = s->a->node->body;
+	const fj_node *on = &body->nodes[s->a->opaque];
+	const fj_type *t = &body->values[on->res[0]].type;
+	int64_t numel = fj_gpu_numel(s, t);
+	if (is_scan(s->a)) {
+		int64_t dim = fj_attr_as_int(fj_node_attr(s->ctx, on, "dim"));
+		if (dim < 0)
+			dim += t->rank ? t->rank : 1;
+		int64_t len = t->rank ? s->dimval(s->ud, t->dims[dim]) : 1;
+		int64_t lines = len ? numel / len : 0;
+		return lines > 0 && len > 0 ? fj_gpu_launch(s, plan, "", fj_gpu_grid_of(lines, 256), 256, 0) : FJ_OK;
+	}
+	plan->may_fail = true;
+	fj_status st = numel > 0 ? fj_gpu_launch(s, plan, "", fj_gpu_grid_of(numel, 256), 256, 0) : FJ_OK;
+	if (st != FJ_OK || !is_scatter(s->a))
+		return st;
+	fj_vid space = on->op == FJ_OP_PRIMS_SCATTER_ADD ? on->opnds[1] : on->opnds[2];
+	int64_t sn = fj_gpu_numel(s, &body->values[space].type);
+	return sn > 0 && numel > 0 ? fj_gpu_launch(s, plan, "_add", fj_gpu_grid_of(sn, 256), 256, 0) : FJ_OK;
+}
+
+const fj_gpu_family fj_gpu_index_family = {
+	"take/gather/scatter/scan", index_takes, index_variants, FJ_ARRAY_LEN(index_variants), index_choose,
+};

@@ -311,3 +311,55 @@ fj_status fj_gpu_emit_io(gk *k, bool reg)
 	fj_gpu_if_end(k, &c2);
 	return fj_gpu_entry_end(k);
 }
+
+/* ---- the family: rows and plan ---- */
+
+static fj_status emit_io_main(gk *k) { return fj_gpu_emit_io(k, false); }
+static fj_status emit_io_reg(gk *k) { return fj_gpu_emit_io(k, true); }
+
+static const fj_gpu_variant io_variants[] = {
+	{"", NULL, emit_io_main},     /* the column partials in the workspace */
+	{"_reg8", NULL, emit_io_reg}, /* ... in registers */
+};
+
+/* _reg8 for rows up to REG_E * REG_BLOCK positions without argmax/argmin,
+ * else the main entry (partials in the workspace); blocks of about len/8
+ * threads; a persistent grid: the blocks that fit at once on the device's
+ * SMs (1 to 4 each, by its register file: up to 128 registers a thread in
+ * _reg8, about 64 in the main entry), never more blocks than rows. The
+ * workspace holds a slice per block (noreds x len states) and a partial per
+ * group of blocks (fj_gpu_emit_io's two-level merge), so no more blocks
+ * than fill the GPU once (a 4096-wide layer_norm on an H100's 132 SMs: 132
+ * blocks of 512 in 11 groups of 12, 9.4 MB of partials; the last group's
+ * merger and the final one read 23 slices, 1.5 MB).
+ * Forced (the nvptx_variants setting): "bpr" the main entry, "reg" _reg8 where
+ * it applies. Rows = 0 still launches one block (the column results: sums
+ * of nothing). */
+static fj_status io_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
+{
+	const fj_rg_analysis *a = s->a;
+	const fj_graph *body = a->node->body;
+	int64_t rows, len;
+	fj_gpu_rows_len(s, a->dom, &rows, &len);
+	for (int i = 0; i < a->nreds; i++)
+		plan->may_fail |= fj_gpu_red_may_fail(body->nodes[a->reds[i]].op, true);
+	for (int o = 0; o < a->noreds; o++)
+		plan->may_fail |= fj_gpu_red_may_fail(body->nodes[a->oreds[o]].op, false);
+	if (rows <= 0 && len <= 0)
+		return FJ_OK;
+	bool reg = !a->ordered && len > 0 && len <= REG_E * REG_BLOCK && !fj_gpu_forced(s, "bpr");
+	unsigned block = fj_gpu_pow2_at_least(fj_gpu_ceil_div(len, REG_E));
+	int64_t per_sm = (int64_t)s->lim->regs_per_sm / ((reg ? 128 : 64) * (int64_t)block);
+	per_sm = per_sm < 1 ? 1 : per_sm > 4 ? 4 : per_sm;
+	int64_t grid = (int64_t)s->lim->sm_count * per_sm;
+	if (grid > rows)
+		grid = rows;
+	if (grid < 1)
+		grid = 1;
+	plan->workspace = (size_t)fj_gpu_io_ws_bytes(grid, a->noreds, len > 0 ? len : 0);
+	return fj_gpu_launch(s, plan, reg ? "_reg8" : "", (unsigned)grid, block, 0);
+}
+
+const fj_gpu_family fj_gpu_io_family = {
+	"persistent_inner_outer", fj_gpu_io_ok, io_variants, FJ_ARRAY_LEN(io_variants), io_choose,
+};

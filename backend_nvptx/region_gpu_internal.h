@@ -1,10 +1,13 @@
 /* region_gpu_internal.h -- what the GPU template files share (region_gpu*.c):
  * the kernel being emitted (gk), its entry points and loops, the
- * reduction state, the templates' sizes, and each template's emitter, which
- * region_gpu.c's variant table calls. The templates are described in
- * region_gpu.c's opening comment. */
+ * reduction state, the templates' sizes, each template's emitter, and the
+ * variant table: one family of templates per file, each with its rows
+ * {suffix, applies, emit} and its plan choice (choose). The templates are
+ * described in region_gpu.c's opening comment. */
 #ifndef FJ_NVPTX_REGION_GPU_INTERNAL_H
 #define FJ_NVPTX_REGION_GPU_INTERNAL_H
+
+#include <string.h>
 
 #include <llvm-c/Core.h>
 
@@ -18,7 +21,6 @@
 #define REG_E 8       /* _reg8: positions per thread (region_gpu_reduce.c) */
 #define REG_BLOCK 512 /* maxntid 512: up to 128 registers, no spills */
 #define COL_BLOCK 256 /* _col: at most 256 threads (region_gpu_reduce.c) */
-#define IO_SMS 132    /* H100 SXM: 132 SMs (H200 too) (region_gpu_inner_outer.c) */
 /* tensor-core matmul tiles (region_gpu_matmul.c) */
 #define MMA_BM 64
 #define MMA_BN 64
@@ -81,10 +83,77 @@ void fj_gpu_unravel(gk *k, fj_vid v, const int *which, int n, V lin, V *idx);
 void fj_gpu_store_all_lin(gk *k, V lin);
 V fj_gpu_result_numel(gk *k);
 
-/* ---- one region -> its entries (region_gpu.c) ---- */
+/* ---- the variant table (region_gpu.c) ----
+ *
+ * A region belongs to one template family (the first whose `takes` accepts
+ * it, in region_gpu.c's list), which owns, in its own file, its rows of the
+ * table and its plan choice. A region's entries are the family's rows that
+ * apply to it, in the rows' order (the main one first): a variant's index
+ * (fj_nvptx_launch_step.variant, fj_nvptx_kernel.entry) is its place among
+ * them, never written by hand. Adding a variant is a row and a line of its
+ * family's choose. */
 
+/* What a launch plan reads: the region, the bound sizes, the device. */
+typedef struct fj_gpu_sizes {
+	fj_context *ctx;
+	const fj_rg_analysis *a;
+	const struct fj_gpu_family *fam;
+	const fj_nvptx_limits *lim;
+	int64_t (*dimval)(void *ud, fj_dim d);
+	void *ud;
+	bool aligned16;    /* every pointer of the launch is 16-byte aligned */
+	const char *force; /* the nvptx_variants setting (tests): "bpr", "tpr",
+	                    * "reg", "col" or "split"; NULL when unset */
+} fj_gpu_sizes;
+
+typedef struct fj_gpu_variant {
+	const char *suffix;                       /* the entry's name after the kernel's ("": the main one) */
+	bool (*applies)(const fj_rg_analysis *a); /* whether a region has it (NULL: every region of the family) */
+	fj_status (*emit)(gk *k);                 /* emits the entry, named kernel + suffix */
+} fj_gpu_variant;
+
+typedef struct fj_gpu_family {
+	const char *name;
+	bool (*takes)(const fj_rg_analysis *a); /* the regions of the family */
+	const fj_gpu_variant *variants;         /* its rows */
+	int nvariants;
+	/* appends the launches of the bound sizes to plan (fj_gpu_launch), and
+	 * sets may_fail and workspace */
+	fj_status (*choose)(const fj_gpu_sizes *s, fj_nvptx_plan *plan);
+} fj_gpu_family;
+
+/* The families, one per file. */
+extern const fj_gpu_family fj_gpu_pointwise_family; /* region_gpu_pointwise.c */
+extern const fj_gpu_family fj_gpu_rows_family;      /* region_gpu_reduce.c (and _split) */
+extern const fj_gpu_family fj_gpu_io_family;        /* region_gpu_inner_outer.c */
+extern const fj_gpu_family fj_gpu_matmul_family;    /* region_gpu_matmul.c */
+extern const fj_gpu_family fj_gpu_index_family;     /* region_gpu_index.c */
+
+/* The family of a region. */
+const fj_gpu_family *fj_gpu_family_of(const fj_rg_analysis *a);
 /* Which entries a region has (the main one first): their suffixes. */
 int fj_gpu_region_variants(const fj_rg_analysis *a, const char **suffix);
+
+/* ---- launch plans (region_gpu_plan.c), for the families' choose ---- */
+
+/* Appends a launch of the entry named by suffix (of s's region). */
+fj_status fj_gpu_launch(const fj_gpu_sizes *s, fj_nvptx_plan *plan, const char *suffix, unsigned grid,
+                        unsigned block, unsigned shared);
+static inline bool fj_gpu_forced(const fj_gpu_sizes *s, const char *name)
+{
+	return s->force && strcmp(s->force, name) == 0;
+}
+static inline int64_t fj_gpu_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The smallest power of two >= x, from 32 to BLOCK_MAX. */
+unsigned fj_gpu_pow2_at_least(int64_t x);
+/* Blocks of `block` threads over `items` (1 to 2^20). */
+unsigned fj_gpu_grid_of(int64_t items, unsigned block);
+/* The element count of t with the bound sizes. */
+int64_t fj_gpu_numel(const fj_gpu_sizes *s, const fj_type *t);
+/* Rows (kept dims) and positions per row (reduced dims, a->kmask) of t. */
+void fj_gpu_rows_len(const fj_gpu_sizes *s, const fj_type *t, int64_t *rows, int64_t *len);
+/* Whether a reduction op can fail at run time (amax/amin of nothing ...). */
+bool fj_gpu_red_may_fail(fj_op op, bool arg);
 /* Emits the entries of region `node` of g into cg's module: all variants
  * (variant < 0) or only that one (0: the main one). */
 fj_status fj_gpu_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uint32_t node, int variant,
@@ -161,6 +230,9 @@ fj_status fj_gpu_emit_col(gk *k);
 /* ---- outer reductions split across blocks: _split (region_gpu_split.c) ---- */
 
 bool fj_gpu_split_ok(const fj_rg_analysis *a);
+/* The chunks of a split reduction over rows x len, or 0 when _split is not
+ * the plan (fj_gpu_rows_family's choose). */
+int64_t fj_gpu_split_chunks(const fj_gpu_sizes *s, bool is_inner, bool ordered, int64_t rows, int64_t len);
 /* Bytes of counters before the partials (16-byte aligned). */
 int64_t fj_gpu_split_counter_bytes(int64_t tiles);
 fj_status fj_gpu_emit_split(gk *k);

@@ -317,3 +317,39 @@ fj_status fj_gpu_emit_matmul_mma(gk *k)
 	fj_gpu_gloop_end(k, &tl);
 	return fj_gpu_entry_end(k);
 }
+
+/* ---- the family: rows and plan ---- */
+
+static bool takes_matmul(const fj_rg_analysis *a) { return a->sched == FJ_RG_MATMUL; }
+static bool no_mma(const fj_rg_analysis *a) { return !fj_gpu_mma_ok(a); }
+static fj_status emit_simt_main(gk *k) { return fj_gpu_emit_matmul(k, ""); }
+static fj_status emit_simt(gk *k) { return fj_gpu_emit_matmul(k, "_simt"); }
+
+static const fj_gpu_variant matmul_variants[] = {
+	{"", fj_gpu_mma_ok, fj_gpu_emit_matmul_mma}, /* f16/bf16: tensor cores first */
+	{"", no_mma, emit_simt_main},                /* other dtypes: SIMT only */
+	{"_simt", fj_gpu_mma_ok, emit_simt},         /* the SIMT kernel kept */
+};
+
+/* Tensor cores: 64x64 tiles of 4 warps ("bpr" forces the SIMT kernel, for
+ * tests); SIMT: 16x16 tiles. */
+static fj_status matmul_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
+{
+	const fj_graph *body = s->a->node->body;
+	const fj_type *t = &body->values[body->nodes[s->a->opaque].res[0]].type;
+	int64_t d[FJ_MAX_RANK];
+	for (int i = 0; i < t->rank; i++)
+		d[i] = s->dimval(s->ud, t->dims[i]);
+	int64_t batch = t->rank == 3 ? d[0] : 1, m = d[t->rank - 2], n = d[t->rank - 1];
+	bool mma = fj_gpu_mma_ok(s->a);
+	if (mma && !fj_gpu_forced(s, "bpr")) {
+		int64_t bt = batch * fj_gpu_ceil_div(m, MMA_BM) * fj_gpu_ceil_div(n, MMA_BN);
+		return bt > 0 ? fj_gpu_launch(s, plan, "", fj_gpu_grid_of(bt, 1), MMA_THREADS, 0) : FJ_OK;
+	}
+	int64_t tiles = batch * fj_gpu_ceil_div(m, TILE) * fj_gpu_ceil_div(n, TILE);
+	return tiles > 0 ? fj_gpu_launch(s, plan, mma ? "_simt" : "", fj_gpu_grid_of(tiles, 1), TILE * TILE, 0) : FJ_OK;
+}
+
+const fj_gpu_family fj_gpu_matmul_family = {
+	"matmul", takes_matmul, matmul_variants, FJ_ARRAY_LEN(matmul_variants), matmul_choose,
+};

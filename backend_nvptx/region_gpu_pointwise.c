@@ -135,3 +135,43 @@ fj_status fj_gpu_emit_transpose(gk *k)
 	fj_gpu_gloop_end(k, &tl);
 	return fj_gpu_entry_end(k);
 }
+
+/* ---- the family: rows and plan ---- */
+
+static bool tiled(const fj_rg_analysis *a) { return a->sched == FJ_RG_TRANSPOSE && fj_gpu_tileable(a->node->body); }
+static bool untiled(const fj_rg_analysis *a) { return !tiled(a); }
+static fj_status emit_vec(gk *k) { return fj_gpu_emit_pointwise(k, true); }
+static fj_status emit_s1(gk *k) { return fj_gpu_emit_pointwise(k, false); }
+static bool takes_any(const fj_rg_analysis *a) { return (void)a, true; }
+
+static const fj_gpu_variant pointwise_variants[] = {
+	{"", tiled, fj_gpu_emit_transpose}, /* transpose: 32x32 tiles */
+	{"", untiled, emit_vec},            /* 4 elements an iteration */
+	{"_s1", NULL, emit_s1},
+};
+
+/* The tiles when they apply and "bpr" does not force the scalar entry; else
+ * 4 elements a thread when every pointer is 16-byte aligned; else _s1. */
+static fj_status pointwise_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
+{
+	const fj_graph *body = s->a->node->body;
+	const fj_type *t = &body->values[body->results[0]].type;
+	int64_t numel = fj_gpu_numel(s, t);
+	if (numel <= 0)
+		return FJ_OK;
+	bool scalar = fj_gpu_forced(s, "bpr");
+	if (tiled(s->a) && !scalar) {
+		int64_t mm = s->dimval(s->ud, t->dims[t->rank - 2]), nn = s->dimval(s->ud, t->dims[t->rank - 1]);
+		int64_t tiles =
+			mm > 0 && nn > 0 ? numel / (mm * nn) * fj_gpu_ceil_div(mm, 32) * fj_gpu_ceil_div(nn, 32) : 0;
+		return fj_gpu_launch(s, plan, "", (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles), 256, 0);
+	}
+	if (s->aligned16 && !scalar)
+		return fj_gpu_launch(s, plan, "", fj_gpu_grid_of(fj_gpu_ceil_div(numel, 4), 256), 256, 0);
+	return fj_gpu_launch(s, plan, "_s1", fj_gpu_grid_of(numel, 256), 256, 0);
+}
+
+/* Every region no other family takes (region_gpu.c asks it last). */
+const fj_gpu_family fj_gpu_pointwise_family = {
+	"pointwise", takes_any, pointwise_variants, FJ_ARRAY_LEN(pointwise_variants), pointwise_choose,
+};

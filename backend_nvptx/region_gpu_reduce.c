@@ -536,3 +536,83 @@ fj_status fj_gpu_emit_col(gk *k)
 	fj_gpu_gloop_end(k, &tl);
 	return fj_gpu_entry_end(k);
 }
+
+/* ---- the family: rows and plan ---- */
+
+static bool takes_rows(const fj_rg_analysis *a) { return a->nreds > 0; }
+
+/* The reductions (reduction_inner/outer, persistent_inner/outer), in entry
+ * order; _split is region_gpu_split.c's. */
+enum { ROW_BPR, ROW_TPR, ROW_REG, ROW_COL, ROW_SPLIT };
+static const fj_gpu_variant rows_variants[] = {
+	[ROW_BPR] = {"", NULL, fj_gpu_emit_bpr},                   /* a block per row */
+	[ROW_TPR] = {"_tpr", NULL, fj_gpu_emit_tpr},               /* a thread per row */
+	[ROW_REG] = {"_reg8", NULL, fj_gpu_emit_reg},              /* a block per row, in registers */
+	[ROW_COL] = {"_col", NULL, fj_gpu_emit_col},               /* 32 columns per block */
+	[ROW_SPLIT] = {"_split", fj_gpu_split_ok, fj_gpu_emit_split}, /* ... the rows split across blocks */
+};
+
+/* Groups of 32 threads of a column kernel over `len` positions: about 64
+ * positions per thread, up to 8 groups (COL_BLOCK). */
+static unsigned col_groups(int64_t len)
+{
+	unsigned y = 1;
+	while (y < COL_BLOCK / 32 && (int64_t)y * 64 < len)
+		y *= 2;
+	return y;
+}
+
+/* _tpr for short rows and for outer reductions with many rows, _reg8 for
+ * rows up to REG_E * REG_BLOCK positions, _col for outer reductions, _split
+ * when they have too few columns to fill the GPU, else the main entry.
+ * Tests force a variant ("bpr", "tpr", "reg", "col", "split") where it can
+ * run the sizes. */
+static fj_status rows_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
+{
+	const fj_rg_analysis *a = s->a;
+	const fj_graph *body = a->node->body;
+	int64_t rows, len;
+	fj_gpu_rows_len(s, &body->values[body->nodes[a->reds[0]].opnds[0]].type, &rows, &len);
+	for (int i = 0; i < a->nreds; i++)
+		plan->may_fail |= fj_gpu_red_may_fail(body->nodes[a->reds[i]].op, true);
+	if (rows <= 0)
+		return FJ_OK;
+	bool is_inner = a->inner, ordered = a->ordered;
+	bool reg_fits = !ordered && len > 0 && len <= REG_E * REG_BLOCK;
+	int64_t nsplit = fj_gpu_split_chunks(s, is_inner, ordered, rows, len);
+	int v = len <= 16 || (!is_inner && rows >= 2048) ? ROW_TPR : ROW_BPR;
+	if (v == ROW_BPR && reg_fits)
+		v = ROW_REG;
+	if (!is_inner && !ordered && len > 16)
+		v = ROW_COL;
+	if (fj_gpu_forced(s, "bpr"))
+		v = ROW_BPR;
+	else if (fj_gpu_forced(s, "tpr"))
+		v = ROW_TPR;
+	else if (fj_gpu_forced(s, "reg") && reg_fits)
+		v = ROW_REG;
+	else if (fj_gpu_forced(s, "col") && !ordered)
+		v = ROW_COL;
+	if (nsplit > 1)
+		v = ROW_SPLIT;
+	const char *sfx = rows_variants[v].suffix;
+	int64_t tiles = fj_gpu_ceil_div(rows, 32);
+	unsigned capped_rows = (unsigned)(rows > (1 << 20) ? (1 << 20) : rows);
+	unsigned capped_tiles = (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles);
+	switch (v) {
+	case ROW_TPR: return fj_gpu_launch(s, plan, sfx, fj_gpu_grid_of(rows, 256), 256, 0);
+	case ROW_COL: return fj_gpu_launch(s, plan, sfx, capped_tiles, 32 * col_groups(len), 0);
+	case ROW_SPLIT: {
+		unsigned y = col_groups(fj_gpu_ceil_div(len, nsplit));
+		int64_t grid = tiles * nsplit > (1 << 20) ? (1 << 20) : tiles * nsplit;
+		plan->workspace = (size_t)(fj_gpu_split_counter_bytes(tiles) + (int64_t)a->nreds * 3 * tiles * nsplit * 32 * 8);
+		return fj_gpu_launch(s, plan, sfx, (unsigned)grid, 32 * y, 0);
+	}
+	default: /* the main entry and _reg8: a block per row */
+		return fj_gpu_launch(s, plan, sfx, capped_rows, fj_gpu_pow2_at_least(fj_gpu_ceil_div(len, REG_E)), 0);
+	}
+}
+
+const fj_gpu_family fj_gpu_rows_family = {
+	"reduction", takes_rows, rows_variants, FJ_ARRAY_LEN(rows_variants), rows_choose,
+};

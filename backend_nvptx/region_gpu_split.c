@@ -36,6 +36,32 @@ bool fj_gpu_split_ok(const fj_rg_analysis *a)
 	return !a->ordered;
 }
 
+/* The chunks of a split reduction (_split), or 0 when _split is not used:
+ * outer reductions whose tiles of 32 rows give fewer than half of the
+ * blocks that fill the device, with rows long enough to split (at least 2
+ * chunks of SPLIT_MIN positions); enough chunks for about that many blocks:
+ * its SMs x the blocks of 256 threads its register file holds at 32
+ * registers a thread, at most 8 (an H100: 132 x 8 = 1056). Forced
+ * ("split"): any region that has the variant, in chunks of about 32
+ * positions. */
+#define SPLIT_MIN 512
+int64_t fj_gpu_split_chunks(const fj_gpu_sizes *s, bool is_inner, bool ordered, int64_t rows, int64_t len)
+{
+	if (!fj_gpu_split_ok(s->a) || ordered || len <= 0)
+		return 0;
+	int64_t tiles = fj_gpu_ceil_div(rows, 32);
+	if (fj_gpu_forced(s, "split")) {
+		int64_t n = fj_gpu_ceil_div(len, 32);
+		return n < 2 ? 2 : n > 64 ? 64 : n;
+	}
+	int64_t per_sm = (int64_t)s->lim->regs_per_sm / (256 * 32);
+	int64_t blocks = (int64_t)s->lim->sm_count * (per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm);
+	if (s->force || is_inner || tiles * 2 > blocks || len < 2 * SPLIT_MIN)
+		return 0;
+	int64_t n = blocks / tiles, most = len / SPLIT_MIN;
+	return n < most ? n : most;
+}
+
 /* Bytes of counters before the partials (16-byte aligned). */
 int64_t fj_gpu_split_counter_bytes(int64_t tiles) { return (tiles + 3) / 4 * 16; }
 

@@ -341,9 +341,9 @@ static fj_status plan_launches(fj_rt_nvprog *p, size_t *ndims_total)
 	for (uint32_t q = 0; q < p->nkern && st == FJ_OK; q++) {
 		nvkernel *nk = &p->kern[q];
 		const fj_node *n = &g->nodes[nk->node];
-		st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, true, &nk->plan);
+		st = fj_nvptx_plan_region(NULL, &p->dev.limits, g, nk->node, dimval, p, true, &nk->plan);
 		if (st == FJ_OK)
-			st = fj_nvptx_plan_region(NULL, g, nk->node, dimval, p, false, &nk->plan_u);
+			st = fj_nvptx_plan_region(NULL, &p->dev.limits, g, nk->node, dimval, p, false, &nk->plan_u);
 		/* a split reduction's counters start at zero; its last blocks re-zero them */
 		nk->ws_bytes = nk->plan.workspace > nk->plan_u.workspace ? nk->plan.workspace : nk->plan_u.workspace;
 		if (st == FJ_OK && nk->ws_bytes)

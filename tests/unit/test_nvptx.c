@@ -23,6 +23,7 @@
 #include "runtime/program_nvptx.h"
 #include "backend_nvptx/nvptx.h"
 #include "backend_nvptx/region_gpu.h"
+#include "backend_nvptx/region_gpu_internal.h"
 #include "codegen/region.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
@@ -548,17 +549,24 @@ static int64_t static_dim(void *ud, fj_dim d)
 	return d;
 }
 
-/* Fuses src (one region) and plans it with static sizes. */
-static void plan_of(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
+/* The devices plans are made for: an H100 or H200 (the emulator reports
+ * it), and an A100. */
+static const fj_nvptx_limits h100 = {.sm_count = 132, .regs_per_sm = 65536};
+static const fj_nvptx_limits a100 = {.sm_count = 108, .regs_per_sm = 65536};
+
+/* Fuses src (one region) and plans it with static sizes for device lim. */
+static void plan_on(fj_context *ctx, const char *src, const fj_nvptx_limits *lim, fj_nvptx_plan *plan)
 {
 	fj_module *m = NULL;
 	ck_assert_int_eq(fj_parse_module(ctx, src, strlen(src), "plan.fj", &m), FJ_OK);
 	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
 	fj_graph *g = m->graphs[0];
 	ck_assert_uint_eq(g->nnodes, 1);
-	ck_assert_int_eq(fj_nvptx_plan_region(NULL, g, 0, static_dim, NULL, true, plan), FJ_OK);
+	ck_assert_int_eq(fj_nvptx_plan_region(NULL, lim, g, 0, static_dim, NULL, true, plan), FJ_OK);
 	fj_module_destroy(m);
 }
+
+static void plan_of(fj_context *ctx, const char *src, fj_nvptx_plan *plan) { plan_on(ctx, src, &h100, plan); }
 
 START_TEST(test_plans)
 {
@@ -1057,8 +1065,8 @@ static fj_module *io_module(fj_context *ctx, const char *src)
 
 /* The backward of src fused as the runtime does (the default pipeline):
  * asserts that it holds a persistent_inner_outer region with outer
- * reductions, and plans it with its static sizes. */
-static void io_plan(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
+ * reductions, and plans it with its static sizes for device lim. */
+static void io_plan_on(fj_context *ctx, const char *src, const fj_nvptx_limits *lim, fj_nvptx_plan *plan)
 {
 	fj_module *m = io_module(ctx, src);
 	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
@@ -1075,11 +1083,13 @@ static void io_plan(fj_context *ctx, const char *src, fj_nvptx_plan *plan)
 		if (!io)
 			continue;
 		found++;
-		ck_assert_int_eq(fj_nvptx_plan_region(NULL, g, i, static_dim, NULL, true, plan), FJ_OK);
+		ck_assert_int_eq(fj_nvptx_plan_region(NULL, lim, g, i, static_dim, NULL, true, plan), FJ_OK);
 	}
 	ck_assert_int_eq(found, 1);
 	fj_module_destroy(m);
 }
+
+static void io_plan(fj_context *ctx, const char *src, fj_nvptx_plan *plan) { io_plan_on(ctx, src, &h100, plan); }
 
 /* Runs src's forward on the reference (deterministic inputs), then its
  * backward on the emulated GPU (twice on one binding: the last block must
@@ -1189,6 +1199,79 @@ START_TEST(test_plans_inner_outer)
 }
 END_TEST
 
+/* Plans follow the device: the persistent grid fills its SMs (an A100's 108)
+ * by its register file, and a split reduction's chunks fill them too; a
+ * plan without a device's limits is an error. */
+START_TEST(test_plans_device)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "nvptx_variants", "");
+	fj_nvptx_plan p;
+	static const char ln_big[] = "graph @main(%x: f32[8192,4096], %w: f32[4096], %b: f32[4096]) {\n"
+	                             "  %y = aten.layer_norm(%x, %w, %b) {normalized_shape=[4096], eps=1e-5}\n"
+	                             "  return %y\n"
+	                             "}\n";
+	io_plan_on(ctx, ln_big, &a100, &p);
+	ck_assert_int_eq(p.launch[0].variant, 1);
+	ck_assert_uint_eq(p.launch[0].block, 512);
+	ck_assert_uint_eq(p.launch[0].grid, 108);
+	/* groups of 11: 10, 11 counters in 48 bytes */
+	ck_assert_uint_eq(p.workspace, 48 + (108 + 10) * 2 * 4096 * 8);
+	/* half the register file: _reg8 still one block per SM; the main entry
+	 * (about 64 registers a thread) one block of 512 instead of two */
+	const fj_nvptx_limits half = {.sm_count = 132, .regs_per_sm = 32768};
+	io_plan_on(ctx, ln_big, &half, &p);
+	ck_assert_uint_eq(p.launch[0].grid, 132);
+	set_option(ctx, "nvptx_variants", "bpr");
+	io_plan_on(ctx, ln_big, &a100, &p);
+	ck_assert_int_eq(p.launch[0].variant, 0);
+	ck_assert_uint_eq(p.launch[0].grid, 216);
+	io_plan_on(ctx, ln_big, &half, &p);
+	ck_assert_uint_eq(p.launch[0].grid, 132);
+	set_option(ctx, "nvptx_variants", "");
+	/* the bias gradient on an A100: 108 x 8 blocks, 6 chunks of 128 tiles */
+	static const char bias[] = "graph @g(%x: f32[8192,4096]) {\n  %s = aten.sum(%x) {dims=[0]}\n  return %s\n}\n";
+	plan_on(ctx, bias, &a100, &p);
+	ck_assert_int_eq(p.launch[0].variant, 4);
+	ck_assert_uint_eq(p.launch[0].grid, 128 * 6);
+	ck_assert_uint_eq(p.workspace, 128 * 4 + 3 * 128 * 6 * 32 * 8);
+	/* no device: a clear error */
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, bias, strlen(bias), "plan.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	const fj_nvptx_limits none = {0, 0};
+	ck_assert_int_eq(fj_nvptx_plan_region(NULL, &none, m->graphs[0], 0, static_dim, NULL, true, &p), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "SM count and registers per SM"));
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* The variant table: every family has at most FJ_NVPTX_MAX_VARIANTS rows, a
+ * main entry (suffix "") and a plan choice; the emulator's device reports
+ * an H100's SMs and registers. */
+START_TEST(test_variant_table)
+{
+	const fj_gpu_family *const fams[] = {&fj_gpu_pointwise_family, &fj_gpu_rows_family, &fj_gpu_io_family,
+	                                     &fj_gpu_matmul_family, &fj_gpu_index_family};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(fams); i++) {
+		ck_assert_int_le(fams[i]->nvariants, FJ_NVPTX_MAX_VARIANTS);
+		ck_assert_str_eq(fams[i]->variants[0].suffix, "");
+		ck_assert_ptr_nonnull(fams[i]->choose);
+		for (int v = 0; v < fams[i]->nvariants; v++)
+			ck_assert_ptr_nonnull(fams[i]->variants[v].emit);
+	}
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_nvptx_emu *emu = NULL;
+	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
+	fj_nvptx_device dev = fj_nvptx_emu_device(emu);
+	ck_assert_uint_eq(dev.limits.sm_count, 132);
+	ck_assert_uint_eq(dev.limits.regs_per_sm, 65536);
+	fj_nvptx_emu_destroy(emu);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 /* Every case on the emulator with the nvptx_variants setting mode (NULL: the
  * variant the sizes pick). */
 static void io_cases(const char *mode)
@@ -1236,6 +1319,8 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_context_new_like);
 	tcase_add_test(tc, test_parallel_variants);
 	tcase_add_test(tc, test_plans);
+	tcase_add_test(tc, test_plans_device);
+	tcase_add_test(tc, test_variant_table);
 	tcase_add_test(tc, test_plans_inner_outer);
 	suite_add_tcase(s, tc);
 	TCase *te = tcase_create("emulated");

@@ -579,7 +579,8 @@ START_TEST(test_nvptx_streams)
 	ck_assert_int_eq(fj_nvptx_emu_create(ctx, &emu), FJ_OK);
 	rec_dev r = {.in = fj_nvptx_emu_device(emu)};
 	fj_nvptx_device dev = {
-		.ud = &r, .name = "recorder", .target = "emu", .emulated = true, .alloc = r_alloc, .release = r_release,
+		.ud = &r, .name = "recorder", .target = "emu", .emulated = true, .limits = r.in.limits,
+		.alloc = r_alloc, .release = r_release,
 		.htod = r_htod, .dtoh = r_dtoh, .memset0 = r_memset0, .sync = r_sync, .prepare = r_prepare,
 		.launch = r_launch, .event_create = r_event_create, .event_record = r_event_record,
 		.event_elapsed = r_event_elapsed, .event_destroy = r_event_destroy, .set_stream = r_set_stream,
