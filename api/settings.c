@@ -19,16 +19,23 @@ typedef enum opt_kind {
 	OPT_BOOL,   /* 0/1, true/false, on/off, yes/no */
 	OPT_STRING, /* any text; "" unsets */
 	OPT_MB,     /* a positive count of MiB, kept in bytes */
-	OPT_DIR     /* the cache directory: "off" or "" = none */
+	OPT_DIR,    /* the cache directory: "off" or "" = none */
+	OPT_CHOICE  /* one of `choices` (the first is the default), kept as its index */
 } opt_kind;
 
 typedef struct option {
 	const char *name, *env;
 	opt_kind kind;
 	size_t offset;
+	const char *const *choices; /* OPT_CHOICE: the values, NULL-terminated */
+	const char *expected;       /* OPT_CHOICE: what a value must be */
 } option;
 
-#define AT(field) offsetof(fj_settings, field)
+static const char *const nvptx_math_choices[] = {[FJ_NVPTX_MATH_LIBDEVICE] = "libdevice",
+                                                 [FJ_NVPTX_MATH_APPROX] = "approx", NULL};
+
+#define AT(field) offsetof(fj_settings, field), NULL, NULL
+#define AT_CHOICE(field, choices, expected) offsetof(fj_settings, field), choices, expected
 static const option options[] = {
 	{"threads", "FUSEJIT_THREADS", OPT_COUNT, AT(threads)},
 	{"compile_jobs", "FUSEJIT_NVPTX_JOBS", OPT_COUNT, AT(compile_jobs)},
@@ -37,6 +44,7 @@ static const option options[] = {
 	{"nvptx_variants", "FUSEJIT_NVPTX_VARIANTS", OPT_STRING, AT(nvptx_variants)},
 	{"ptx_all_variants", "FUSEJIT_PTX_ALL_VARIANTS", OPT_BOOL, AT(ptx_all_variants)},
 	{"libdevice", "FUSEJIT_LIBDEVICE", OPT_STRING, AT(libdevice)},
+	{"nvptx_math", "FUSEJIT_NVPTX_MATH", OPT_CHOICE, AT_CHOICE(nvptx_math, nvptx_math_choices, "libdevice or approx")},
 	{"libcuda", "FUSEJIT_LIBCUDA", OPT_STRING, AT(libcuda)},
 	{"nvptx_target", "FUSEJIT_NVPTX_TARGET", OPT_STRING, AT(nvptx_target)},
 	{"nvptx_device", "FUSEJIT_NVPTX_DEVICE", OPT_STRING, AT(nvptx_device)},
@@ -44,6 +52,7 @@ static const option options[] = {
 	{"cache_fault", "FUSEJIT_CACHE_FAULT", OPT_STRING, AT(cache_fault)}, /* a testing aid (kcache.h) */
 };
 #undef AT
+#undef AT_CHOICE
 
 #define KC_DEFAULT_MB 256
 
@@ -131,6 +140,12 @@ static fj_status set(fj_context *ctx, const option *o, const char *v, const char
 		return FJ_OK;
 	case OPT_STRING:
 		return set_string(ctx, (char **)field, v);
+	case OPT_CHOICE:
+		*expected = o->expected;
+		for (int i = 0; o->choices[i]; i++)
+			if (!v || strcmp(v, o->choices[i]) == 0)
+				return *(int *)field = i, FJ_OK;
+		return FJ_ERR_INVALID;
 	case OPT_DIR: {
 		char buf[4096];
 		if (!v)

@@ -47,12 +47,12 @@ static void describe_target(fj_context *ctx, const char *sm, fj_buf *b)
 	              (long long)sb.st_size, (long long)sb.st_mtime);
 }
 
-/* A kernel's key: the mode, the target's short form (SM, libdevice or
- * not), then the node's canonical key. */
+/* A kernel's key: the mode, the target's short form (SM, the math:
+ * libdevice or approximations), then the node's canonical key. */
 static void kernel_key(fj_context *ctx, const char *mode, const char *sm, const fj_graph *g, uint32_t node,
                        fj_buf *b)
 {
-	fj_buf_printf(b, "%s|%s|%s\n", mode, sm, fj_nvptx_libdevice_path(ctx) ? "libdevice" : "fallback");
+	fj_buf_printf(b, "%s|%s|%s\n", mode, sm, fj_nvptx_math_mode(ctx));
 	fj_cg_node_key(b, g, node);
 }
 

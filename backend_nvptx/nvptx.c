@@ -24,11 +24,15 @@
  * the NVPTX backend's process-wide call-sequence numbers renumbered per
  * module, so that it does not depend on what else was compiled.
  *
- * Fallback without a CUDA toolkit (no libdevice): PTX approximations
- * (ex2.approx, lg2.approx, sin/cos.approx through llvm.nvvm.*) composed into
- * every math function; doubles go through float. Accurate to ~1e-6 relative
- * in f32, less in f64: enough to run, not to pass the f64 goldens. llvm.exp
- * and friends do not lower on NVPTX (no libcall), so they are never used.
+ * Math (the nvptx_math setting): "libdevice", the default, calls libdevice's
+ * __nv_* functions; a kernel that calls one when no libdevice could be read
+ * fails to compile with one sentence naming the kernel, the function, the
+ * dtype and the two ways out (link_libdevice): never a silent fallback.
+ * "approx" opts into PTX approximations (ex2.approx, lg2.approx, sin/cos.approx
+ * through llvm.nvvm.*) composed into every math function, libdevice unused;
+ * doubles go through float. Accurate to ~1e-6 relative in f32, less in f64:
+ * enough to run, not to pass the f64 goldens. llvm.exp and friends do not
+ * lower on NVPTX (no libcall), so they are never used.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -240,10 +244,13 @@ fj_status fj_nvptx_comp_begin_state(fj_context *ctx, fj_nvptx_state *s, const ch
 	if (!nvptx_target)
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
 		                       "nvptx: this LLVM has no NVPTX target");
-	pthread_mutex_lock(&s->lock);
-	libdevice_load(s);
-	c->libdevice = s->libdevice != NULL;
-	pthread_mutex_unlock(&s->lock);
+	c->approx = fj_context_settings(ctx)->nvptx_math == FJ_NVPTX_MATH_APPROX;
+	if (!c->approx) {
+		pthread_mutex_lock(&s->lock);
+		libdevice_load(s);
+		c->libdevice = s->libdevice != NULL;
+		pthread_mutex_unlock(&s->lock);
+	}
 
 	/* The lowest PTX version the target allows is LLVM's default for it
 	 * (sm_80: 7.0, sm_86: 7.1, sm_89/sm_90: 7.8, sm_90a: 8.0): no features. */
@@ -293,17 +300,56 @@ void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid)
 	                            LLVMMetadataAsValue(c->llctx, LLVMMDNodeInContext2(c->llctx, md, 3)));
 }
 
+static const char *const nv_names[FJ_MATH_COUNT][2];
+
+/* The error of a kernel that calls libdevice's function f when there is no
+ * libdevice: names the kernel, the function and its dtype, why libdevice is
+ * missing and the two ways out. */
+static fj_status no_libdevice(fj_nvptx_comp *c, LLVMValueRef f)
+{
+	size_t len;
+	const char *nv = LLVMGetValueName2(f, &len), *math = nv + 5, *dt = "f32";
+	for (int i = 0; i < FJ_MATH_COUNT; i++)
+		if (nv_names[i][1] && strcmp(nv, nv_names[i][1]) == 0)
+			dt = "f64";
+		else if (nv_names[i][0] && strcmp(nv, nv_names[i][0]) == 0)
+			math = nv_names[i][1] + 5;
+	const char *kernel = "?";
+	LLVMValueRef use = LLVMGetFirstUse(f) ? LLVMGetUser(LLVMGetFirstUse(f)) : NULL;
+	if (use && LLVMIsAInstruction(use))
+		kernel = LLVMGetValueName2(LLVMGetBasicBlockParent(LLVMGetInstructionParent(use)), &len);
+	const char *set = fj_context_settings(c->ctx)->libdevice;
+	char why[600];
+	if (set && strcmp(set, "none") == 0)
+		snprintf(why, sizeof why, "FUSEJIT_LIBDEVICE (the option libdevice) is none");
+	else if (set && *set && access(set, R_OK) != 0)
+		snprintf(why, sizeof why, "FUSEJIT_LIBDEVICE=%s is not a readable file", set);
+	else if (!set || !*set)
+		snprintf(why, sizeof why, "the CUDA toolkit's %s is not there", LIBDEVICE_DEFAULT);
+	else
+		snprintf(why, sizeof why, "%s could not be read", set);
+	return fj_error_status(c->ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+	                       "nvptx: kernel %s computes %s in %s, which needs libdevice, and %s: point "
+	                       "FUSEJIT_LIBDEVICE (the option libdevice) at libdevice.10.bc (nvvm/libdevice/ in the "
+	                       "CUDA toolkit), or opt into approximate math with FUSEJIT_NVPTX_MATH=approx (the "
+	                       "option nvptx_math; f64 is then computed through f32)",
+	                       kernel, math, dt, why);
+}
+
 /* Links the libdevice functions the module declares, then internalizes them. */
 static fj_status link_libdevice(fj_nvptx_comp *c)
 {
-	bool any = false;
+	LLVMValueRef any = NULL;
 	for (LLVMValueRef f = LLVMGetFirstFunction(c->mod); f && !any; f = LLVMGetNextFunction(f)) {
 		size_t len;
 		const char *name = LLVMGetValueName2(f, &len);
-		any = LLVMIsDeclaration(f) && len > 5 && strncmp(name, "__nv_", 5) == 0;
+		if (LLVMIsDeclaration(f) && len > 5 && strncmp(name, "__nv_", 5) == 0)
+			any = f;
 	}
 	if (!any)
 		return FJ_OK;
+	if (!c->libdevice)
+		return no_libdevice(c, any);
 	fj_nvptx_state *s = c->state; /* libdevice was loaded by fj_nvptx_comp_begin */
 	LLVMMemoryBufferRef mb =
 		LLVMCreateMemoryBufferWithMemoryRange(s->libdevice, s->libdevice_len, "libdevice", 0);
@@ -847,5 +893,10 @@ static const fj_cg_target target_fallback = {
 
 const fj_cg_target *fj_nvptx_cg_target(const fj_nvptx_comp *c)
 {
-	return c->libdevice ? &target_libdevice : &target_fallback;
+	return c->approx ? &target_fallback : &target_libdevice;
+}
+
+const char *fj_nvptx_math_mode(fj_context *ctx)
+{
+	return fj_context_settings(ctx)->nvptx_math == FJ_NVPTX_MATH_APPROX ? "approx" : "libdevice";
 }

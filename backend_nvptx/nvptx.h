@@ -53,7 +53,9 @@ typedef struct fj_nvptx_comp {
 	LLVMContextRef llctx;
 	LLVMModuleRef mod;
 	LLVMTargetMachineRef tm;
-	bool libdevice;          /* math through libdevice (else inline fallbacks) */
+	bool approx;             /* the nvptx_math setting "approx": PTX approximations */
+	bool libdevice;          /* libdevice was read (not when approx): math calls it;
+	                          * without it a kernel that needs it fails to compile */
 	unsigned nerrors;        /* backend errors reported through the diagnostic handler */
 	char first_error[512];
 } fj_nvptx_comp;
@@ -93,9 +95,12 @@ LLVMValueRef fj_nvptx_shared(fj_cg *cg, LLVMTypeRef ty, unsigned n, const char *
 /* ---- per-context state, libdevice ---- */
 
 fj_status fj_nvptx_state_get(fj_context *ctx, fj_nvptx_state **out);
-/* Path of libdevice: $FUSEJIT_LIBDEVICE, else the CUDA toolkit's; NULL when
- * none is readable (FUSEJIT_LIBDEVICE=none forces the fallback). */
+/* Path of libdevice: the settings' libdevice (FUSEJIT_LIBDEVICE), else the
+ * CUDA toolkit's; NULL when none is readable or it is "none". */
 const char *fj_nvptx_libdevice_path(fj_context *ctx);
+/* What the kernels' math is ("libdevice" or "approx", the nvptx_math
+ * setting): part of a compiled kernel's cache key. */
+const char *fj_nvptx_math_mode(fj_context *ctx);
 
 /* ---- fused regions -> PTX (region_gpu.c) ---- */
 

@@ -76,12 +76,17 @@ typedef struct fj_settings {
 	char *nvptx_variants;     /* "nvptx_variants": forced GPU template variants (tests) */
 	bool ptx_all_variants;    /* "ptx_all_variants": --emit=ptx writes every variant */
 	char *libdevice;          /* "libdevice": libdevice's path, "none"; NULL = the default */
+	int nvptx_math;           /* "nvptx_math": FJ_NVPTX_MATH_LIBDEVICE (default) or _APPROX */
 	char *libcuda;            /* "libcuda": the driver library; NULL = libcuda.so.1 */
 	char *nvptx_target;       /* "nvptx_target": NULL = the GPU's own architecture */
 	char *nvptx_device;       /* "nvptx_device": NULL or "cuda", "emulator" */
 	bool nvptx_sync;          /* "nvptx_sync": wait after each GPU launch, name a faulting kernel */
 	char *cache_fault;        /* "cache_fault": a fault in the disk cache's writes (tests) */
 } fj_settings;
+
+/* nvptx_math: GPU math through libdevice (a kernel that needs it fails
+ * clearly without it), or PTX approximations (f64 computed through f32). */
+enum { FJ_NVPTX_MATH_LIBDEVICE = 0, FJ_NVPTX_MATH_APPROX = 1 };
 
 /* The context's settings: read-only, and writable for api/settings.c. */
 const fj_settings *fj_context_settings(const fj_context *ctx);

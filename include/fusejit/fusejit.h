@@ -121,8 +121,12 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *   cache_dir         FUSEJIT_CACHE_DIR        the disk cache's directory; "off" or "": none
  *                                              ($XDG_CACHE_HOME/fusejit, else ~/.cache/fusejit)
  *   cache_max_mb      FUSEJIT_CACHE_MAX_MB     the disk cache's cap in MiB (256)
- *   libdevice         FUSEJIT_LIBDEVICE        libdevice's path, "none" for fusejit's own math
+ *   libdevice         FUSEJIT_LIBDEVICE        libdevice's path, "none" for no libdevice
  *                                              (the CUDA toolkit's, where installed)
+ *   nvptx_math        FUSEJIT_NVPTX_MATH       nvptx: "libdevice" (the default: math through
+ *                                              libdevice; a kernel that needs it fails to compile
+ *                                              without it, FJ_ERR_UNSUPPORTED, saying so) or
+ *                                              "approx" (PTX approximations, f64 through f32)
  *   libcuda           FUSEJIT_LIBCUDA          the CUDA driver library to dlopen (libcuda.so.1)
  *   nvptx_target      FUSEJIT_NVPTX_TARGET     nvptx: the target when fj_compile_options.target
  *                                              is NULL (the GPU's own)

@@ -225,10 +225,13 @@ START_TEST(test_libdevice_lazy)
 }
 END_TEST
 
+/* Approximate math, opted into (nvptx_math=approx): PTX approximations,
+ * libdevice unused. */
 START_TEST(test_fallback_math)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
 	set_option(ctx, "libdevice", "none");
+	set_option(ctx, "nvptx_math", "approx");
 	bool ld;
 	char *ir;
 	char *ptx = math_kernel_ptx(ctx, &ld, &ir);
@@ -238,6 +241,55 @@ START_TEST(test_fallback_math)
 	ck_assert_ptr_null(strstr(ptx, "call"));
 	free(ptx);
 	free(ir);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* Compiles the one region of src (fused) for sm_80: its status. */
+static fj_status compile_one(fj_context *ctx, const char *src, char **ptx)
+{
+	fj_module *m = NULL;
+	ck_assert_int_eq(fj_parse_module(ctx, src, strlen(src), "math.fj", &m), FJ_OK);
+	ck_assert_int_eq(fj_run_pipeline(m, fj_named_pipeline("default"), NULL), FJ_OK);
+	fj_graph *g = fj_module_find_graph(m, "main");
+	ck_assert_uint_eq(g->nnodes, 1);
+	fj_nvptx_kernel *k = NULL;
+	bool hit = false;
+	fj_status st = fj_nvptx_compile_region(ctx, g, 0, "sm_80", &k, &hit);
+	*ptx = st == FJ_OK ? strdup(k->ptx) : NULL;
+	fj_module_destroy(m);
+	return st;
+}
+
+/* Without libdevice, a kernel that needs it is one clear error (the kernel,
+ * the function, the dtype, the two ways out), never approximations; a
+ * kernel without math compiles; nvptx_math=approx opts in. */
+START_TEST(test_no_libdevice)
+{
+	static const char exp64[] = "graph @main(%x: f64[N]) {\n  %y = aten.exp(%x)\n  return %y\n}\n";
+	static const char add32[] = "graph @main(%x: f32[N]) {\n  %y = aten.add(%x, %x)\n  return %y\n}\n";
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	set_option(ctx, "cache_dir", "off");
+	set_option(ctx, "libdevice", "none");
+	char *ptx = NULL;
+	ck_assert_int_eq(compile_one(ctx, exp64, &ptx), FJ_ERR_UNSUPPORTED);
+	const char *e = fj_context_error(ctx);
+	ck_assert_msg(strstr(e, "nvptx: kernel fj_main_k0") && strstr(e, "computes exp in f64, which needs libdevice"),
+	              "%s", e);
+	ck_assert_msg(strstr(e, "FUSEJIT_LIBDEVICE (the option libdevice) is none"), "%s", e);
+	ck_assert_msg(strstr(e, "libdevice.10.bc") && strstr(e, "FUSEJIT_NVPTX_MATH=approx"), "%s", e);
+	set_option(ctx, "libdevice", "/nonexistent/libdevice.10.bc");
+	ck_assert_int_eq(compile_one(ctx, exp64, &ptx), FJ_ERR_UNSUPPORTED);
+	ck_assert_msg(strstr(fj_context_error(ctx), "FUSEJIT_LIBDEVICE=/nonexistent/libdevice.10.bc is not a readable"),
+	              "%s", fj_context_error(ctx));
+	ck_assert_int_eq(compile_one(ctx, add32, &ptx), FJ_OK);
+	free(ptx);
+	set_option(ctx, "nvptx_math", "approx");
+	ck_assert_int_eq(compile_one(ctx, exp64, &ptx), FJ_OK);
+	ck_assert_ptr_nonnull(strstr(ptx, "ex2.approx"));
+	free(ptx);
+	ck_assert_int_eq(fj_context_set_option(ctx, "nvptx_math", "fast"), FJ_ERR_INVALID);
+	ck_assert_msg(strstr(fj_context_error(ctx), "libdevice or approx"), "%s", fj_context_error(ctx));
 	fj_context_destroy(ctx);
 }
 END_TEST
@@ -1315,6 +1367,7 @@ Suite *suite_nvptx(void)
 	tcase_add_test(tc, test_targets);
 	tcase_add_test(tc, test_libdevice_lazy);
 	tcase_add_test(tc, test_fallback_math);
+	tcase_add_test(tc, test_no_libdevice);
 	tcase_add_test(tc, test_compile_times);
 	tcase_add_test(tc, test_context_new_like);
 	tcase_add_test(tc, test_parallel_variants);
