@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend_nvptx/cuda.h"
+#include "backend_nvptx/emu.h"
 #include "backend_nvptx/nvptx_internal.h"
 
 static const struct {
@@ -265,6 +266,7 @@ void fj_cu_driver_free(fj_cu *cu)
 	if (cu->cuctx)
 		cu->api.cuDevicePrimaryCtxRelease(cu->device);
 	free(cu->blocks);
+	fj_nvptx_emu_destroy(cu->emu);
 	/* The library stays loaded: unloading a CUDA driver is unsafe while
 	 * other contexts of the process may use it. */
 	free(cu);

@@ -83,6 +83,8 @@ typedef struct fj_cu {
 	/* what ran since the last synchronisation: a fault surfaces there */
 	char last_kernel[112];
 	unsigned launches_since_sync;
+	struct fj_nvptx_emu *emu; /* tests only: the host emulator that runs the kernels of the
+	                           * stand-in driver (tests/driver, fjcuda_hook.h); NULL otherwise */
 	fj_status init_status; /* FJ_OK once initialised; the failure otherwise */
 	char init_error[512];
 } fj_cu;

@@ -4,6 +4,7 @@
  * The CUDA device's ud is the context's driver (fj_cu, cuda.h); its kernels
  * are the context's compiled regions (region_gpu.h), whose CUDA module is
  * loaded on first use under the backend's lock. */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,8 +59,32 @@ static const char *cu_target(const fj_cu *cu)
 	return t && *t ? t : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
 }
 
+/* Test-only (fjcuda_hook.h): under the stand-in driver of tests/driver,
+ * which alone exports FJCUDA_BIND_SYMBOL, each variant's entry of the new
+ * module mod runs region `node` of g on a host emulator owned by cu. A real
+ * driver lacks the symbol: nothing happens. */
+static fj_status bind_emulated(fj_cu *cu, const fj_nvptx_kernel *k, void *mod, const fj_graph *g, uint32_t node)
+{
+	fjcuda_bind_fn bind;
+	*(void **)&bind = dlsym(cu->lib, FJCUDA_BIND_SYMBOL);
+	if (!bind)
+		return FJ_OK;
+	fj_status st = cu->emu ? FJ_OK : fj_nvptx_emu_create(cu->ctx, &cu->emu);
+	void *ek = NULL;
+	int nv = 0;
+	if (st == FJ_OK)
+		st = fj_nvptx_emu_prepare(cu->emu, g, node, &ek, &nv);
+	if (st == FJ_OK && nv != k->nvariants)
+		st = fj_error_status(cu->ctx, FJ_ERR_INTERNAL, (fj_loc){0},
+		                     "nvptx: the emulator's region has %d variants, the PTX %d", nv, k->nvariants);
+	for (int v = 0; st == FJ_OK && v < k->nvariants; v++)
+		st = fj_cu_check(cu->ctx, bind(mod, k->entry[v], fj_nvptx_emu_hook_run, ek, v), FJCUDA_BIND_SYMBOL,
+		                 __FILE__, __LINE__);
+	return st;
+}
+
 /* Loads k's CUDA module and entries once (under the backend's lock). */
-static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
+static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k, const fj_graph *g, uint32_t node)
 {
 	fj_status st = fj_nvptx_enter(cu->ctx);
 	if (st != FJ_OK)
@@ -69,6 +94,8 @@ static fj_status load_module(fj_cu *cu, fj_nvptx_kernel *k)
 		st = fj_cu_module_load(cu, k->ptx, &mod);
 		for (int v = 0; st == FJ_OK && v < k->nvariants; v++)
 			st = fj_cu_function(cu, mod, k->entry[v], &k->fn[v]);
+		if (st == FJ_OK)
+			st = bind_emulated(cu, k, mod, g, node);
 		if (st == FJ_OK)
 			k->cumod = mod;
 		else if (mod)
@@ -85,7 +112,7 @@ static fj_status cu_prepare(void *ud, const fj_graph *g, uint32_t node, void **k
 	fj_nvptx_kernel *k = NULL;
 	fj_status st = fj_nvptx_compile_region(cu->ctx, g, node, cu_target(cu), &k, hit);
 	if (st == FJ_OK)
-		st = load_module(cu, k);
+		st = load_module(cu, k, g, node);
 	*kern = k;
 	return st;
 }

@@ -28,6 +28,7 @@
 typedef void (*wrap_fn)(const uint64_t *args);
 
 typedef struct emu_kernel {
+	fj_nvptx_emu *emu;
 	int nvariants, sched;
 	wrap_fn wrap[FJ_NVPTX_MAX_VARIANTS];
 } emu_kernel;
@@ -424,6 +425,7 @@ static fj_status prepare_locked(fj_nvptx_emu *e, const fj_graph *g, uint32_t nod
 	emu_kernel *k = calloc(1, sizeof *k);
 	if (!k)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	k->emu = e;
 	k->nvariants = nv;
 	fj_rg_analysis a;
 	if (fj_rg_analyze(ctx, g, node, &a) == FJ_OK) {
@@ -454,16 +456,22 @@ static fj_status prepare_locked(fj_nvptx_emu *e, const fj_graph *g, uint32_t nod
 	return FJ_OK;
 }
 
-static fj_status d_prepare(void *ud, const fj_graph *g, uint32_t node, void **kern, bool *hit)
+fj_status fj_nvptx_emu_prepare(fj_nvptx_emu *e, const fj_graph *g, uint32_t node, void **kern, int *nvariants)
 {
-	fj_nvptx_emu *e = ud;
-	*hit = false;
 	emu_kernel *k = NULL;
 	pthread_mutex_lock(&e->lock);
 	fj_status st = prepare_locked(e, g, node, &k);
 	pthread_mutex_unlock(&e->lock);
 	*kern = k;
+	*nvariants = k ? k->nvariants : 0;
 	return st;
+}
+
+static fj_status d_prepare(void *ud, const fj_graph *g, uint32_t node, void **kern, bool *hit)
+{
+	int nv;
+	*hit = false;
+	return fj_nvptx_emu_prepare(ud, g, node, kern, &nv);
 }
 
 static void *thread_main(void *arg)
@@ -475,42 +483,67 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsigned block, unsigned shared,
-                          const uint64_t *args, uint32_t nargs)
+/* The geometry the emulator runs a launch at (scaled down: see emu.h).
+ * A split reduction (variant 4 of a 5-variant reduction region) keeps up to
+ * 5 blocks: several chunks per tile, and an uneven grid;
+ * persistent_inner_outer up to 7: its two-level merge groups
+ * ceil(sqrt(blocks)) blocks, so 7 blocks form groups of 3, 3 and 1 (several
+ * groups, a full one before a partial last one), 3 blocks (3 rows) 2 and 1.
+ * The blocks run one after the other: the merges (the last block of a
+ * group, of all groups, does the work) never wait on another block. */
+static void scaled_geometry(const emu_kernel *k, int variant, unsigned *grid, unsigned *block)
 {
-	fj_nvptx_emu *e = ud;
-	emu_kernel *k = kern;
-	(void)shared;
-	(void)nargs;
-	/* a split reduction (variant 4 of a 5-variant reduction region) keeps
-	 * up to 5 blocks: several chunks per tile, and an uneven grid;
-	 * persistent_inner_outer up to 7: its two-level merge groups
-	 * ceil(sqrt(blocks)) blocks, so 7 blocks form groups of 3, 3 and 1
-	 * (several groups, a full one before a partial last one), 3 blocks
-	 * (3 rows) 2 and 1. The blocks run one after the other: the merges
-	 * (the last block of a group, of all groups, does the work) never wait
-	 * on another block. */
 	bool split = k->nvariants == 5 && variant == 4 && k->sched != FJ_RG_MATMUL;
 	unsigned most = k->sched == FJ_RG_PERSISTENT_INNER_OUTER ? 7u : split ? 5u : 2u;
-	if (k->sched != FJ_RG_MATMUL && !(k->sched == FJ_RG_TRANSPOSE && variant == 0 && block == 256)) {
-		if (block > 64)
-			block = 64;
-		if (grid > most)
-			grid = most;
-	} else if (grid > 4) {
-		grid = 4;
+	if (k->sched != FJ_RG_MATMUL && !(k->sched == FJ_RG_TRANSPOSE && variant == 0 && *block == 256)) {
+		if (*block > 64)
+			*block = 64;
+		if (*grid > most)
+			*grid = most;
+	} else if (*grid > 4) {
+		*grid = 4;
 	}
-	if (block % 32 || block > 1024)
+}
+
+/* The block run at position i of a launch of `grid` blocks in `order`
+ * (FJCUDA_ORDER_*): perm holds a seeded shuffle (Fisher-Yates over a
+ * 64-bit LCG) when order is FJCUDA_ORDER_SHUFFLE. */
+static void block_order(unsigned *perm, unsigned grid, int order, unsigned seed)
+{
+	for (unsigned i = 0; i < grid; i++)
+		perm[i] = order == FJCUDA_ORDER_REVERSE ? grid - 1 - i : i;
+	if (order != FJCUDA_ORDER_SHUFFLE)
+		return;
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ seed;
+	for (unsigned i = grid; i > 1; i--) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		unsigned j = (unsigned)((x >> 33) % i);
+		unsigned t = perm[i - 1];
+		perm[i - 1] = perm[j];
+		perm[j] = t;
+	}
+}
+
+/* Runs `grid` blocks of `block` threads of variant `variant`, in `order`. */
+static fj_status run_blocks(fj_nvptx_emu *e, emu_kernel *k, int variant, unsigned grid, unsigned block,
+                            const uint64_t *args, int order, unsigned seed)
+{
+	if (block == 0 || block % 32 || block > 1024)
 		return fj_error_status(e->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: block size %u", block);
+	if (variant < 0 || variant >= k->nvariants)
+		return fj_error_status(e->ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "nvptx emulator: no variant %d", variant);
 	emu_block *b = calloc(1, sizeof *b);
 	pthread_t *th = calloc(block, sizeof *th);
 	void **targ = calloc((size_t)block * 2, sizeof *targ);
-	if (!b || !th || !targ) {
+	unsigned *perm = calloc(grid ? grid : 1, sizeof *perm);
+	if (!b || !th || !targ || !perm) {
 		free(b);
 		free(th);
 		free(targ);
+		free(perm);
 		return fj_error_status(e->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	}
+	block_order(perm, grid, order, seed);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 1 << 20);
@@ -518,7 +551,7 @@ static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsi
 	for (unsigned c = 0; c < grid && st == FJ_OK; c++) {
 		b->ntid = block;
 		b->nctaid = grid;
-		b->ctaid = c;
+		b->ctaid = perm[c];
 		b->fn = k->wrap[variant];
 		b->args = args;
 		pthread_barrier_init(&b->bar, NULL, block);
@@ -544,7 +577,39 @@ static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsi
 	free(b);
 	free(th);
 	free(targ);
+	free(perm);
 	return st;
+}
+
+static fj_status d_launch(void *ud, void *kern, int variant, unsigned grid, unsigned block, unsigned shared,
+                          const uint64_t *args, uint32_t nargs)
+{
+	emu_kernel *k = kern;
+	(void)shared;
+	(void)nargs;
+	scaled_geometry(k, variant, &grid, &block);
+	return run_blocks(ud, k, variant, grid, block, args, FJCUDA_ORDER_FORWARD, 0);
+}
+
+fj_status fj_nvptx_emu_run(fj_nvptx_emu *e, void *kern, int variant, unsigned grid, unsigned block,
+                           const uint64_t *args, int order_mode, unsigned seed)
+{
+	emu_kernel *k = kern;
+	if ((uint64_t)grid * block > FJ_NVPTX_EMU_REAL_THREADS || block > 1024)
+		scaled_geometry(k, variant, &grid, &block);
+	pthread_mutex_lock(&e->run_lock);
+	fj_status st = run_blocks(e, k, variant, grid, block, args, order_mode, seed);
+	pthread_mutex_unlock(&e->run_lock);
+	return st;
+}
+
+int fj_nvptx_emu_hook_run(void *ud, int variant, unsigned grid, unsigned block, unsigned shared,
+                          const uint64_t *args, unsigned nargs, int order_mode, unsigned seed)
+{
+	emu_kernel *k = ud;
+	(void)shared;
+	(void)nargs;
+	return fj_nvptx_emu_run(k->emu, k, variant, grid, block, args, order_mode, seed) == FJ_OK ? 0 : 1;
 }
 
 static fj_status d_enter(void *ud)

@@ -17,6 +17,7 @@
 #define FJ_NVPTX_EMU_H
 
 #include "backend_nvptx/device.h"
+#include "backend_nvptx/fjcuda_hook.h"
 
 typedef struct fj_nvptx_emu fj_nvptx_emu;
 
@@ -28,5 +29,22 @@ void fj_nvptx_emu_destroy(fj_nvptx_emu *e);
  * time run (the kernels' shared memory is one global per module). e must
  * outlive the device's users; fj_nvptx_device_open's copy frees e on close. */
 fj_nvptx_device fj_nvptx_emu_device(fj_nvptx_emu *e);
+
+/* For the stand-in CUDA driver of tests (fjcuda_hook.h), which runs a
+ * launch's blocks in a hostile order at its real geometry:
+ * fj_nvptx_emu_prepare compiles region `node` of g for the host (its
+ * variants in the order of fj_nvptx_emit_region); fj_nvptx_emu_run runs
+ * variant `variant` of a prepared kernel, its blocks in order_mode
+ * (FJCUDA_ORDER_*, seed for a shuffle), at the real grid and block when the
+ * launch has at most FJ_NVPTX_EMU_REAL_THREADS threads in all (and at most
+ * 1024 per block), else scaled down as the emulator device's launches are.
+ * fj_nvptx_emu_hook_run is fj_nvptx_emu_run as an fjcuda_run_fn, ud being
+ * the prepared kernel (0 on success). One run at a time per emulator. */
+#define FJ_NVPTX_EMU_REAL_THREADS 16384u
+fj_status fj_nvptx_emu_prepare(fj_nvptx_emu *e, const fj_graph *g, uint32_t node, void **kern, int *nvariants);
+fj_status fj_nvptx_emu_run(fj_nvptx_emu *e, void *kern, int variant, unsigned grid, unsigned block,
+                           const uint64_t *args, int order_mode, unsigned seed);
+int fj_nvptx_emu_hook_run(void *ud, int variant, unsigned grid, unsigned block, unsigned shared,
+                          const uint64_t *args, unsigned nargs, int order_mode, unsigned seed);
 
 #endif
