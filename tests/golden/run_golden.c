@@ -1,6 +1,9 @@
 /* run_golden.c -- fj-golden: runs every golden case in one process.
  *
- *   fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]
+ *   fj-golden [--executor=aten|host|nvptx] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]
+ *
+ * nvptx runs on the CUDA driver the context's settings name (FUSEJIT_LIBCUDA;
+ * in CI the stand-in driver of tests/driver) and honours skip_nvptx markers.
  *
  * With --passes, each graph first goes through the pipeline (e.g.
  * verify,decompose,canonicalize), is printed, parsed back and verified, and
@@ -49,6 +52,7 @@
 #include "passes/pass.h"
 #include "tests/common/npy_rt.h"
 #include "runtime/program.h"
+#include "runtime/program_nvptx.h"
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
@@ -93,6 +97,8 @@ typedef struct shared_state {
 static const char *pipeline;
 /* --train: check the forward outputs and the gradients of the training pipeline. */
 static bool train;
+/* --executor=nvptx: the nvptx executor (runtime/program_nvptx.h). */
+static bool nvptx;
 #define TRAIN_PIPELINE "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition"
 
 /* Reads the case's first line of `file` into msg; false when there is no such file. */
@@ -169,18 +175,43 @@ static bool has_file_prefix(const char *dir, const char *name, const char *prefi
 
 /* --train: the training pipeline, @main.fw then @main.bw, checked against
  * out_<i>.npy and grad_<param>.npy (as fusejit-run --train drives them). */
+/* A program on aten or host (h), or on nvptx (nv: the CUDA driver the
+ * context's settings name, FUSEJIT_LIBCUDA: tests/driver's stand-in in CI). */
+typedef struct program {
+	fj_rt_program *h;
+	fj_rt_nvprog *nv;
+} program;
+
+static void program_destroy(program *p)
+{
+	fj_rt_program_destroy(p->h);
+	fj_rt_nvptx_destroy(p->nv);
+	p->h = NULL;
+	p->nv = NULL;
+}
+
 /* Creates graph g's program (adding its compiled kernels to *compiled), binds
  * it to the inputs' shapes and runs it once. */
 static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_program_kind ex, const fj_rt_tensor *const *in,
-                             fj_rt_tensor *out, fj_rt_program **p, uint32_t *compiled)
+                             fj_rt_tensor *out, program *p, uint32_t *compiled)
 {
-	fj_status st = fj_rt_program_create(ctx, g, ex, p);
+	if (nvptx) {
+		fj_status st = fj_rt_nvptx_create(ctx, g, &p->nv);
+		if (st == FJ_OK)
+			*compiled += fj_rt_nvptx_compiled(p->nv);
+		if (st == FJ_OK)
+			st = fj_rt_nvptx_bind(p->nv, in, NULL, NULL, 0);
+		if (st == FJ_OK)
+			st = fj_rt_nvptx_run(p->nv, in, out);
+		return st;
+	}
+	fj_status st = fj_rt_program_create(ctx, g, ex, &p->h);
 	if (st == FJ_OK)
-		*compiled += fj_rt_program_compiled(*p);
+		*compiled += fj_rt_program_compiled(p->h);
 	if (st == FJ_OK)
-		st = fj_rt_program_bind(*p, in, NULL, NULL, 0);
+		st = fj_rt_program_bind(p->h, in, NULL, NULL, 0);
 	if (st == FJ_OK)
-		st = fj_rt_program_run(*p, in, out);
+		st = fj_rt_program_run(p->h, in, out);
 	return st;
 }
 
@@ -196,7 +227,7 @@ static int run_train_case(fj_context *ctx, const char *dir, const char *name, fj
 		return CASE_SKIP;
 	}
 	fj_module *m = NULL;
-	fj_rt_program *pf = NULL, *pb = NULL;
+	program pf = {0}, pb = {0};
 	fj_rt_tensor *fin = NULL, *fout = NULL, *bin = NULL, *bout = NULL;
 	const fj_rt_tensor **finp = NULL, **binp = NULL;
 	fj_graph *gf = NULL, *gb = NULL;
@@ -327,8 +358,8 @@ done:
 	free(bin);
 	free(binp);
 	free(bout);
-	fj_rt_program_destroy(pf);
-	fj_rt_program_destroy(pb);
+	program_destroy(&pf);
+	program_destroy(&pb);
 	fj_module_destroy(m);
 	fj_context_clear_diagnostics(ctx);
 	return result;
@@ -387,7 +418,7 @@ static int run_case(fj_context *ctx, const char *dir, const char *name, fj_rt_pr
 		return CASE_SKIP;
 	}
 	fj_module *m = NULL;
-	fj_rt_program *p = NULL;
+	program p = {0};
 	fj_rt_tensor *in = NULL, *out = NULL;
 	const fj_rt_tensor **inp = NULL;
 	uint32_t nparams = 0, nres = 0;
@@ -479,7 +510,7 @@ done:
 	free(in);
 	free(inp);
 	free(out);
-	fj_rt_program_destroy(p);
+	program_destroy(&p);
 	fj_module_destroy(m);
 	fj_context_clear_diagnostics(ctx);
 	return result;
@@ -530,7 +561,7 @@ int main(int argc, char **argv)
 		else if (strncmp(argv[i], "--expect=", 9) == 0 && argv[i][9])
 			expect = strtol(argv[i] + 9, NULL, 10);
 		else if (argv[i][0] == '-') {
-			fprintf(stderr, "fj-golden: unknown option '%s'\nusage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n",
+			fprintf(stderr, "fj-golden: unknown option '%s'\nusage: fj-golden [--executor=aten|host|nvptx] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n",
 			        argv[i]);
 			free(filter);
 			return 2;
@@ -544,13 +575,15 @@ int main(int argc, char **argv)
 		ex = FJ_RT_EXEC_ATEN;
 	else if (strcmp(exname, "host") == 0)
 		ex = FJ_RT_EXEC_HOST;
+	else if (strcmp(exname, "nvptx") == 0)
+		ex = FJ_RT_EXEC_HOST, nvptx = true; /* ex unused */
 	else {
-		fprintf(stderr, "fj-golden: unknown executor '%s' (aten or host)\n", exname);
+		fprintf(stderr, "fj-golden: unknown executor '%s' (aten, host or nvptx)\n", exname);
 		free(filter);
 		return 2;
 	}
 	if (!dir) {
-		fprintf(stderr, "usage: fj-golden [--executor=aten|host] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n");
+		fprintf(stderr, "usage: fj-golden [--executor=aten|host|nvptx] [--passes=PIPELINE] [--train] [--expect=N] [-jN] [-v] DIR [CASE ...]\n");
 		free(filter);
 		return 2;
 	}
