@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend_nvptx/cuda.h"
 #include "backend_nvptx/nvptx_internal.h"
 #include "backend_nvptx/region_gpu_internal.h"
 #include "cache/kcache.h"
@@ -229,12 +230,7 @@ static fj_status region_compile(void *arg, fj_context *dctx, uint32_t i, void **
 static void kernel_free(fj_context *ctx, void *value)
 {
 	fj_nvptx_kernel *k = value;
-	fj_nvptx_state *s;
-	if (k->cumod && fj_nvptx_state_get(ctx, &s) == FJ_OK && s->cu && s->cu->init_status == FJ_OK &&
-	    fj_cu_push(s->cu) == FJ_OK) {
-		s->cu->api.cuModuleUnload(k->cumod);
-		fj_cu_pop(s->cu);
-	}
+	fj_cu_module_unload(ctx, k->cumod);
 	free(k);
 }
 

@@ -11,13 +11,12 @@
  * at least the size asked for (and at most twice it); on out-of-memory it
  * returns every free block to the driver and tries once more. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_nvptx/cuda.h"
-#include "backend_nvptx/emu.h"
-#include "backend_nvptx/nvptx_internal.h"
 
 static const struct {
 	int code;
@@ -266,14 +265,65 @@ void fj_cu_driver_free(fj_cu *cu)
 	if (cu->cuctx)
 		cu->api.cuDevicePrimaryCtxRelease(cu->device);
 	free(cu->blocks);
-	fj_nvptx_emu_destroy(cu->emu);
+	if (cu->emu_free)
+		cu->emu_free(cu->emu);
 	/* The library stays loaded: unloading a CUDA driver is unsafe while
 	 * other contexts of the process may use it. */
 	free(cu);
 }
 
+/* ---- the context's driver: its own slot (FJ_SLOT_CUDA_DRIVER), so that
+ * this file needs nothing else of backend_nvptx ---- */
+
+typedef struct cu_slot {
+	pthread_mutex_t lock; /* opening the driver */
+	fj_cu *cu;            /* once tried */
+	bool cu_tried;
+} cu_slot;
+
+static void slot_destroy(fj_context *ctx, void *p)
+{
+	cu_slot *s = p;
+	if (!s)
+		return;
+	fj_cu_driver_free(s->cu);
+	pthread_mutex_destroy(&s->lock);
+	fj_free(ctx, s, sizeof *s);
+}
+
+static fj_status slot_create(fj_context *ctx, void **out)
+{
+	/* Runs under the context's lock: no diagnostics here. */
+	cu_slot *s = fj_alloc(ctx, sizeof *s);
+	if (!s)
+		return FJ_ERR_NOMEM;
+	memset(s, 0, sizeof *s);
+	pthread_mutex_init(&s->lock, NULL);
+	*out = s;
+	return FJ_OK;
+}
+
+static fj_status slot_get(fj_context *ctx, cu_slot **out)
+{
+	void *p = NULL;
+	fj_status st = fj_context_slot(ctx, FJ_SLOT_CUDA_DRIVER, slot_create, slot_destroy, &p);
+	*out = p;
+	if (st == FJ_ERR_NOMEM)
+		fj_error_status(ctx, st, (fj_loc){0}, "out of memory");
+	return st;
+}
+
+void fj_cu_module_unload(fj_context *ctx, void *mod)
+{
+	cu_slot *s;
+	if (mod && slot_get(ctx, &s) == FJ_OK && s->cu && s->cu->init_status == FJ_OK && fj_cu_push(s->cu) == FJ_OK) {
+		s->cu->api.cuModuleUnload(mod);
+		fj_cu_pop(s->cu);
+	}
+}
+
 /* Opens the driver once; a failure is remembered and reported again. */
-static fj_status get_locked(fj_context *ctx, fj_nvptx_state *s, fj_cu **out)
+static fj_status get_locked(fj_context *ctx, cu_slot *s, fj_cu **out)
 {
 	if (!s->cu_tried) {
 		s->cu_tried = true;
@@ -292,8 +342,8 @@ static fj_status get_locked(fj_context *ctx, fj_nvptx_state *s, fj_cu **out)
 fj_status fj_cu_get(fj_context *ctx, fj_cu **out)
 {
 	*out = NULL;
-	fj_nvptx_state *s;
-	fj_status st = fj_nvptx_state_get(ctx, &s);
+	cu_slot *s;
+	fj_status st = slot_get(ctx, &s);
 	if (st != FJ_OK)
 		return st;
 	pthread_mutex_lock(&s->lock);
@@ -307,8 +357,8 @@ fj_status fj_cu_get(fj_context *ctx, fj_cu **out)
 bool fj_cu_usable(fj_context *ctx)
 {
 	/* A scratch context: the first attempt's diagnostics must not reach ctx. */
-	fj_nvptx_state *s;
-	if (fj_nvptx_state_get(ctx, &s) != FJ_OK)
+	cu_slot *s;
+	if (slot_get(ctx, &s) != FJ_OK)
 		return false;
 	pthread_mutex_lock(&s->lock);
 	bool ok;

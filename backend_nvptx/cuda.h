@@ -1,7 +1,7 @@
 /* cuda.h -- the CUDA driver API, loaded at run time with dlopen("libcuda.so.1")
  * (never linked): fusejit builds, tests and emits PTX on machines with no GPU.
  *
- * One fj_cu per context (inside the NVPTX state, FJ_SLOT_CUDA): the library
+ * One fj_cu per context (its slot FJ_SLOT_CUDA_DRIVER): the library
  * handle, the entry points (versioned names: cuMemAlloc_v2 ...), device 0's
  * primary context, one stream, and a caching device allocator. Every driver
  * call goes through FJ_CU, which turns a failure into a diagnostic naming the
@@ -83,8 +83,9 @@ typedef struct fj_cu {
 	/* what ran since the last synchronisation: a fault surfaces there */
 	char last_kernel[112];
 	unsigned launches_since_sync;
-	struct fj_nvptx_emu *emu; /* tests only: the host emulator that runs the kernels of the
+	void *emu;                /* tests only: the host emulator that runs the kernels of the
 	                           * stand-in driver (tests/driver, fjcuda_hook.h); NULL otherwise */
+	void (*emu_free)(void *); /* frees emu (set by device.c, which owns the hook) */
 	fj_status init_status; /* FJ_OK once initialised; the failure otherwise */
 	char init_error[512];
 } fj_cu;
@@ -111,6 +112,10 @@ void fj_cu_driver_free(fj_cu *cu);
 fj_status fj_cu_get(fj_context *ctx, fj_cu **out);
 /* True when a driver and a GPU are usable (records nothing): --executor=auto. */
 bool fj_cu_usable(fj_context *ctx);
+/* Unloads module mod with the context's driver, when it was opened (a
+ * compiled region freed with the kernel cache, which the driver outlives),
+ * its context made current for that and the caller's restored. */
+void fj_cu_module_unload(fj_context *ctx, void *mod);
 
 /* Makes the primary context current on this thread (pushed on its stack of
  * contexts); fj_cu_pop restores the caller's. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_nvptx/cuda.h"
 #include "backend_nvptx/device.h"
 #include "backend_nvptx/emu.h"
 #include "backend_nvptx/nvptx_internal.h"
@@ -59,6 +60,8 @@ static const char *cu_target(const fj_cu *cu)
 	return t && *t ? t : fj_nvptx_sm_for_cc(cu->cc_major, cu->cc_minor);
 }
 
+static void emu_free(void *e) { fj_nvptx_emu_destroy(e); }
+
 /* Test-only (fjcuda_hook.h): under the stand-in driver of tests/driver,
  * which alone exports FJCUDA_BIND_SYMBOL, each variant's entry of the new
  * module mod runs region `node` of g on a host emulator owned by cu. A real
@@ -69,7 +72,13 @@ static fj_status bind_emulated(fj_cu *cu, const fj_nvptx_kernel *k, void *mod, c
 	*(void **)&bind = dlsym(cu->lib, FJCUDA_BIND_SYMBOL);
 	if (!bind)
 		return FJ_OK;
-	fj_status st = cu->emu ? FJ_OK : fj_nvptx_emu_create(cu->ctx, &cu->emu);
+	fj_status st = FJ_OK;
+	if (!cu->emu) {
+		fj_nvptx_emu *e = NULL;
+		st = fj_nvptx_emu_create(cu->ctx, &e);
+		cu->emu = e;
+		cu->emu_free = emu_free;
+	}
 	void *ek = NULL;
 	int nv = 0;
 	if (st == FJ_OK)

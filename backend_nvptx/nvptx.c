@@ -48,7 +48,6 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
-#include "backend_nvptx/cuda.h"
 #include "backend_nvptx/nvptx.h"
 #include "backend_nvptx/nvptx_internal.h"
 
@@ -115,7 +114,6 @@ static void state_destroy(fj_context *ctx, void *p)
 	fj_nvptx_state *s = p;
 	if (!s)
 		return;
-	fj_cu_driver_free(s->cu);
 	free(s->libdevice);
 	pthread_mutex_destroy(&s->lock);
 	fj_free(ctx, s, sizeof *s);

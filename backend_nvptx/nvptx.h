@@ -1,10 +1,14 @@
 /* nvptx.h -- the NVPTX backend: targets, the LLVM NVPTX target machine,
- * libdevice linking, PTX emission, the GPU kernels of fused regions, and the
- * CUDA driver (cuda.h).
+ * libdevice linking, PTX emission, and the GPU kernels of fused regions.
+ * The CUDA driver (cuda.h) and this compiler do not include each other; the
+ * templates (region_gpu*.c) include this header, never cuda.h; compile_gpu.c
+ * (compiled regions, which unload their CUDA modules) and device.c (the
+ * device interface) sit above all three.
  *
  * Per-context state (fj_context_slot FJ_SLOT_CUDA): the libdevice bitcode
- * (read once, lazily) and the CUDA driver once loaded; compiled kernels live
- * in the context's kernel cache (cache/kcache.h, compile_gpu.c). Each compilation builds its module in a fresh LLVM context
+ * (read once, lazily); the driver has its own slot (cuda.c); compiled kernels
+ * live in the context's kernel cache (cache/kcache.h, compile_gpu.c). Each
+ * compilation builds its module in a fresh LLVM context
  * with a diagnostic handler that counts errors (LLVM's default handler calls
  * exit(1) on a backend error).
  *

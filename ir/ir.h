@@ -103,6 +103,7 @@ fj_context *fj_context_new_like(const fj_context *ctx);
 typedef enum fj_ctx_slot {
 	FJ_SLOT_THREAD_POOL,
 	FJ_SLOT_HOST_JIT,
+	FJ_SLOT_CUDA_DRIVER, /* backend_nvptx/cuda.c: before the kernel cache, which unloads modules */
 	FJ_SLOT_CUDA,
 	FJ_SLOT_KERNEL_CACHE,
 	FJ_SLOT_COUNT
