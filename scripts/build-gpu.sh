@@ -6,23 +6,38 @@
 #
 #   scripts/build-gpu.sh [OUTDIR]      (default: build-gpu/)
 #
-# Output: OUTDIR/fusejit-gpu.tar.xz holding fusejit-run and fj-npycmp; run
-# tests/gpu/run.sh on the GPU machine (it unpacks the kit itself). Needs
-# llvm-19-dev (static libraries), libzstd-dev and zlib1g-dev. Takes a few
-# minutes on 2 cores; the compressed kit must stay under ~40 MiB.
+# Output: OUTDIR/fusejit-gpu.tar.xz holding fusejit-run and fj-npycmp,
+# libdevice.10.bc (the GPU math; $LIBDEVICE, else the CUDA toolkit's) and
+# glibc-required (the newest GLIBC_ symbol version the programs need, for
+# run.sh's check); run tests/gpu/run.sh on the GPU machine (it unpacks the
+# kit itself). Needs llvm-19-dev (static libraries), libzstd-dev, zlib1g-dev
+# and libdevice. Takes a few minutes on 2 cores; the compressed kit must stay
+# under ~40 MiB.
+#
+# libdevice may ship: the CUDA Toolkit EULA's Attachment A (section 2.6,
+# "The following portions of the SDK are distributable under the
+# Agreement") lists "NVIDIA Common Device Math Functions Library:
+# libdevice.10.bc" (Windows, Mac OSX and Linux), as in the toolkit's own
+# copy of the EULA (e.g. nvidia_nvvm-13.0.88.dist-info/licenses/License.txt,
+# section 2.6); section 2.3 asks that it ship unmodified, as here.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build-gpu}
 LLVM_CONFIG=${LLVM_CONFIG:-llvm-config-19}
+LIBDEVICE=${LIBDEVICE:-/usr/local/cuda/nvvm/libdevice/libdevice.10.bc}
+if [ ! -r "$LIBDEVICE" ]; then
+	echo "build-gpu: error: no libdevice at $LIBDEVICE (set LIBDEVICE to libdevice.10.bc)" >&2
+	exit 1
+fi
 CC=${CC:-cc}
 jobs=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$out/obj"
 incs="-I$root/include -I$root/ir -I$root $($LLVM_CONFIG --cflags | tr ' ' '\n' | grep '^-I' | tr '\n' ' ')"
 cflags="-std=c11 -O2 -g0 -fPIC -fvisibility=hidden -D_GNU_SOURCE -DFJ_BUILDING_LIBRARY -ffunction-sections -fdata-sections"
-# the library's sources: the globs of CMakeLists.txt's FJ_SOURCES
-globs=$(sed -n '/file(GLOB FJ_SOURCES/,/)/p' "$root/CMakeLists.txt" | tr ' ()' '\n\n\n' |
-	grep 'PROJECT_SOURCE_DIR' | sed "s|\${PROJECT_SOURCE_DIR}|$root|")
-srcs=$(for g in $globs; do ls $g 2>/dev/null; done)
+# the library's sources: every folder of cmake/layers.cmake's fj_layer(...) lines
+folders=$(sed -n 's/^fj_layer(\([a-z_]*\).*/\1/p' "$root/cmake/layers.cmake")
+srcs=$(for f in $folders; do ls "$root/$f"/*.c; done)
+[ -n "$srcs" ] || { echo "build-gpu: error: no sources found through cmake/layers.cmake" >&2; exit 1; }
 echo "build-gpu: compiling $(echo "$srcs" | wc -w) files with $jobs jobs"
 export CC cflags incs out
 echo "$srcs" | xargs -P "$jobs" -I{} sh -c '
@@ -57,7 +72,12 @@ $CC $cflags $incs -c "$root/tests/gpu/npycmp.c" -o "$out/npycmp.o"
 $CC -o "$out/fj-npycmp" "$out/npycmp.o" "$out/npy.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
 echo "build-gpu: dynamic dependencies of fusejit-run:"
 ldd "$out/fusejit-run" | sed 's/^/  /'
-(cd "$out" && tar cf - fusejit-run fj-npycmp | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)
+cp "$LIBDEVICE" "$out/libdevice.10.bc"
+# the newest glibc symbol version the programs need (run.sh compares it with the machine's)
+objdump -T "$out/fusejit-run" "$out/fj-npycmp" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
+	sort -t. -k1,1n -k2,2n -k3,3n | tail -1 >"$out/glibc-required"
+echo "build-gpu: needs glibc $(cat "$out/glibc-required") or newer"
+(cd "$out" && tar cf - fusejit-run fj-npycmp libdevice.10.bc glibc-required | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)
 raw=$(stat -c %s "$out/fusejit-run")
 xzs=$(stat -c %s "$out/fusejit-gpu.tar.xz")
 echo "build-gpu: fusejit-run $((raw / 1048576)) MiB stripped; kit $out/fusejit-gpu.tar.xz $((xzs / 1048576)) MiB ($xzs bytes)"

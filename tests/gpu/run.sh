@@ -4,7 +4,14 @@
 # golden case on --executor=nvptx against its .npy goldens (and against the
 # aten reference in the same process, --check=aten), then the GPU benchmarks
 # with --bench (inference, and a few forward graphs with --train: forward and
-# backward timed together), and prints a short table last. Budget: under 4 minutes.
+# backward timed together), and prints a short table last, then the time of
+# each phase (unpack, probe, goldens, benchmarks). Budget: under 4 minutes.
+#
+# Checked first, each failure one line: xz (to unpack), the glibc the kit
+# was linked against (its glibc-required) against the machine's, and, for
+# nvptx, a loadable libcuda.so.1 with a GPU (a tiny run). The GPU math comes
+# from the kit's libdevice.10.bc (FUSEJIT_LIBDEVICE; an unpacked kit without
+# one falls back to the machine's CUDA toolkit, and fails clearly without).
 #
 #   tests/gpu/run.sh [KIT.tar.xz | DIR-with-fusejit-run] [--executor=nvptx] [--quick]
 #
@@ -24,21 +31,48 @@ for a in "$@"; do
 done
 work=$(mktemp -d /tmp/fj-gpu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+t0=$(date +%s)
+phases=""
+phase_end() { # NAME: the time since the last phase ended
+	now=$(date +%s)
+	phases="$phases $1 $((now - t0)) s,"
+	t0=$now
+}
+die() { echo "run.sh: $*"; exit 1; }
 if [ -d "$kit" ]; then
 	bin=$kit
 else
+	[ -f "$kit" ] || die "no kit at $kit (build it with scripts/build-gpu.sh)"
+	command -v xz >/dev/null 2>&1 || die "xz is not installed: it is needed to unpack $kit"
 	bin=$work/bin
 	mkdir -p "$bin"
-	xz -dc "$kit" | tar xf - -C "$bin" || { echo "cannot unpack $kit"; exit 1; }
+	xz -dc "$kit" | tar xf - -C "$bin" || die "cannot unpack $kit"
 fi
+phase_end unpack
 run=$bin/fusejit-run
 cmp=$bin/fj-npycmp
-[ -x "$run" ] || { echo "no fusejit-run in $bin"; exit 1; }
+[ -x "$run" ] || die "no fusejit-run in $bin"
+if [ -f "$bin/glibc-required" ]; then
+	need=$(cat "$bin/glibc-required")
+	have=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')
+	[ -n "$have" ] || have=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9][0-9]*\.[0-9][0-9]*$')
+	[ -n "$have" ] || die "cannot tell this machine's glibc version (getconf GNU_LIBC_VERSION, ldd --version); the kit needs glibc $need"
+	oldest=$(printf '%s\n%s\n' "$need" "$have" | sort -t. -k1,1n -k2,2n | head -1)
+	[ "$oldest" = "$need" ] || die "the kit needs glibc $need or newer; this machine has glibc $have"
+fi
+if [ -f "$bin/libdevice.10.bc" ]; then
+	FUSEJIT_LIBDEVICE=$bin/libdevice.10.bc
+elif [ -r /usr/local/cuda/nvvm/libdevice/libdevice.10.bc ]; then
+	FUSEJIT_LIBDEVICE=/usr/local/cuda/nvvm/libdevice/libdevice.10.bc
+elif [ "$ex" = nvptx ]; then
+	die "no libdevice.10.bc in the kit nor in /usr/local/cuda/nvvm/libdevice: the f32/f64 GPU math needs it"
+fi
+export FUSEJIT_LIBDEVICE
 start=$(date +%s)
 if [ "$ex" = nvptx ] && ! "$run" "$here/bench/softmax_f32.fj" --executor=nvptx --dim N=8 >/dev/null 2>"$work/probe"; then
-	echo "nvptx is not usable here: $(cat "$work/probe")"
-	exit 1
+	die "nvptx is not usable here: $(cat "$work/probe")"
 fi
+phase_end probe
 
 # ---- goldens (4 at a time) ----
 mkdir -p "$work/res"
@@ -83,6 +117,7 @@ missing=$((total - pass - skip - fail))
 gold_s=$(( $(date +%s) - start ))
 cat "$work"/res/* | grep '^FAIL' || true
 echo "goldens on $ex: $pass passed, $fail failed, $skip skipped (${gold_s} s)"
+phase_end goldens
 
 # ---- benchmarks ----
 scale=1
@@ -124,4 +159,6 @@ echo
 echo "GPU benchmarks ($ex; [$rows,4096] rows, chain $big elements; total $(( $(date +%s) - start )) s)"
 printf '%-22s %10s %9s %9s %7s %9s\n' bench median_ms GB/s copyGB/s ratio cold_ms
 cat "$work/table"
+phase_end benchmarks
+echo "phases:${phases%,}"
 [ $fail -eq 0 ]
