@@ -403,6 +403,8 @@ static fj_status sync_check(fj_cu *cu, int res, const char *call, const char *fi
 	fj_cu_format_error(msg, sizeof msg, res, call, file, line);
 	if (n == 0)
 		return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0}, "%s", msg);
+	if (n == 1 && fj_context_settings(cu->ctx)->nvptx_sync)
+		return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0}, "%s: kernel %s faulted", msg, cu->last_kernel);
 	return fj_error_status(cu->ctx, FJ_ERR_DRIVER, (fj_loc){0},
 	                       "%s: a fault of %s%u kernel%s launched since the last synchronisation (the last: %s); "
 	                       "FUSEJIT_NVPTX_SYNC=1 (option nvptx_sync) waits after each launch and names the kernel",

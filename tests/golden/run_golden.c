@@ -180,12 +180,29 @@ static bool has_file_prefix(const char *dir, const char *name, const char *prefi
 typedef struct program {
 	fj_rt_program *h;
 	fj_rt_nvprog *nv;
+	fj_context *ctx; /* nv's */
 } program;
+
+/* The CUDA device's enter and leave bracket the nvptx program's binds, runs
+ * and frees, as the C API's calls do: they take the backend's lock and make
+ * the driver's context current on this thread (creating a program loads its
+ * modules under the lock itself). */
+static fj_status nv_enter(fj_context *ctx, fj_nvptx_device *d)
+{
+	fj_status st = fj_nvptx_cuda_device(ctx, d);
+	return st == FJ_OK ? d->enter(d->ud) : st;
+}
 
 static void program_destroy(program *p)
 {
 	fj_rt_program_destroy(p->h);
-	fj_rt_nvptx_destroy(p->nv);
+	fj_nvptx_device d;
+	if (p->nv && nv_enter(p->ctx, &d) == FJ_OK) {
+		fj_rt_nvptx_destroy(p->nv);
+		d.leave(d.ud);
+	} else {
+		fj_rt_nvptx_destroy(p->nv);
+	}
 	p->h = NULL;
 	p->nv = NULL;
 }
@@ -197,12 +214,16 @@ static fj_status run_program(fj_context *ctx, fj_graph *g, fj_rt_program_kind ex
 {
 	if (nvptx) {
 		fj_status st = fj_rt_nvptx_create(ctx, g, &p->nv);
+		fj_nvptx_device d;
+		p->ctx = ctx;
 		if (st == FJ_OK)
 			*compiled += fj_rt_nvptx_compiled(p->nv);
-		if (st == FJ_OK)
+		if (st == FJ_OK && (st = nv_enter(ctx, &d)) == FJ_OK) {
 			st = fj_rt_nvptx_bind(p->nv, in, NULL, NULL, 0);
-		if (st == FJ_OK)
-			st = fj_rt_nvptx_run(p->nv, in, out);
+			if (st == FJ_OK)
+				st = fj_rt_nvptx_run(p->nv, in, out);
+			d.leave(d.ud);
+		}
 		return st;
 	}
 	fj_status st = fj_rt_program_create(ctx, g, ex, &p->h);
