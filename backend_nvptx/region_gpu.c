@@ -16,8 +16,8 @@
  * variants compiled in parallel" in compile_gpu.c);
  * the launch plan (fj_nvptx_plan_region) picks a variant and the grid/block
  * sizes from the bound sizes and the device at run time (the nvptx_variants
- * setting forces one, for tests). Entry names: the kernel attribute for the main variant, plus a
- * suffix for the others. The ABI is nvptx.h's. The same templates run on the
+ * setting forces one, for tests). Entry names: the kernel attribute for the
+ * main variant, plus a suffix for the others. The ABI is nvptx.h's. The same templates run on the
  * host emulator (emu.c) through the target hooks of fj_cg_target.
  *
  * Templates (schedule -> entries):
