@@ -536,9 +536,14 @@ API CUresult cuModuleUnload(void *h)
 	fake_ctx *c;
 	pthread_mutex_lock(&fjc_lock);
 	CUresult r = fjc_need_ctx(&c);
-	if (!c)
-		return fjc_leave(r);
 	module *m = fjc_get_module(h);
+	if (!c) {
+		fjc_note("cuModuleUnload(%p): %s", h,
+		         r == E_INVALID_CONTEXT ? (m ? "no current context (make the module's context current first)"
+		                                     : "no current context, and not a live module (its context is gone?)")
+		                            : "before cuInit");
+		return fjc_leave(r);
+	}
 	if (!m)
 		return fjc_leave(E_INVALID_HANDLE);
 	if (m->ctx != c) {
