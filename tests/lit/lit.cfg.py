@@ -20,6 +20,17 @@ for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", "TMPDIR"):
 # No disk kernel cache shared with other tests or runs (CTest sets "off").
 config.environment["FUSEJIT_CACHE_DIR"] = os.environ.get("FUSEJIT_CACHE_DIR", "off")
 config.substitutions.append(("%fj_src", config.fj_src_root))
+# libdevice (the CUDA toolkit's): feature `libdevice`. Without it the PTX of
+# kernels with math needs the explicit approximate math (FUSEJIT_NVPTX_MATH):
+# the tests that check the math itself ask for what they need.
+libdevice = os.environ.get("FUSEJIT_LIBDEVICE", "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
+for var in ("FUSEJIT_LIBDEVICE", "FUSEJIT_NVPTX_MATH"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+if os.path.isfile(libdevice):
+    config.available_features.add("libdevice")
+elif "FUSEJIT_NVPTX_MATH" not in os.environ:
+    config.environment["FUSEJIT_NVPTX_MATH"] = "approx"
 # The CUDA toolkit's ptxas: feature `ptxas` (REQUIRES: ptxas) and %ptxas.
 ptxas = shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", ""))
 if ptxas:
