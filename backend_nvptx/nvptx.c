@@ -283,19 +283,23 @@ void fj_nvptx_comp_end(fj_nvptx_comp *c)
 	c->tm = NULL;
 }
 
-void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid)
+void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid, unsigned minblocks)
 {
 	LLVMSetFunctionCallConv(f, LLVMPTXKernelCallConv);
-	if (!maxntid)
-		return;
 	LLVMTypeRef i32 = LLVMInt32TypeInContext(c->llctx);
-	LLVMMetadataRef md[3] = {
-		LLVMValueAsMetadata(f),
-		LLVMMDStringInContext2(c->llctx, "maxntidx", 8),
-		LLVMValueAsMetadata(LLVMConstInt(i32, maxntid, 0)),
-	};
-	LLVMAddNamedMetadataOperand(c->mod, "nvvm.annotations",
-	                            LLVMMetadataAsValue(c->llctx, LLVMMDNodeInContext2(c->llctx, md, 3)));
+	const char *key[2] = {"maxntidx", "minctasm"}; /* .maxntid, .minnctapersm */
+	unsigned val[2] = {maxntid, minblocks};
+	for (int i = 0; i < 2; i++) {
+		if (!val[i])
+			continue;
+		LLVMMetadataRef md[3] = {
+			LLVMValueAsMetadata(f),
+			LLVMMDStringInContext2(c->llctx, key[i], strlen(key[i])),
+			LLVMValueAsMetadata(LLVMConstInt(i32, val[i], 0)),
+		};
+		LLVMAddNamedMetadataOperand(c->mod, "nvvm.annotations",
+		                            LLVMMetadataAsValue(c->llctx, LLVMMDNodeInContext2(c->llctx, md, 3)));
+	}
 }
 
 static const char *const nv_names[FJ_MATH_COUNT][2];

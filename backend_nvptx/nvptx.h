@@ -75,8 +75,11 @@ fj_status fj_nvptx_comp_begin_state(fj_context *ctx, fj_nvptx_state *s, const ch
 void fj_nvptx_comp_end(fj_nvptx_comp *c);
 /* The code generator's target hooks for this compilation. */
 const fj_cg_target *fj_nvptx_cg_target(const fj_nvptx_comp *c);
-/* Marks f a kernel: ptx_kernel calling convention, launch bound maxntidx. */
-void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid);
+/* Marks f a kernel: ptx_kernel calling convention, launch bounds maxntid
+ * (.maxntid: the most threads a block may have) and minblocks
+ * (.minnctapersm: ptxas keeps registers low enough for that many blocks of
+ * maxntid threads to be resident on an SM); 0: no bound. */
+void fj_nvptx_mark_kernel(fj_nvptx_comp *c, LLVMValueRef f, unsigned maxntid, unsigned minblocks);
 /* Verifies, links the libdevice functions used, internalizes them, appends
  * sym_suffix to the module-local symbols and runs default<O3> (then appends
  * it to the local symbols O3 created). */

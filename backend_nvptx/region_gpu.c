@@ -113,14 +113,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <llvm-c/DebugInfo.h>
+
 #include "backend_nvptx/region_gpu_internal.h"
 
 /* ---- entries ---- */
 
 /* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr
  * status[, ptr workspace]) -- the workspace when k->want_ws (read and
- * written, atomics: no noalias/readonly). */
-fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned align)
+ * written, atomics: no noalias/readonly). Blocks of at most maxntid
+ * threads, of which minblocks fit on an SM at once (the registers that
+ * ptxas may use: tests/nvptx/budgets.tsv checks them); align: the
+ * alignment of the operand and result pointers (0: their elements'). */
+fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned minblocks, unsigned align)
 {
 	fj_cg *cg = k->cg;
 	const fj_node *n = k->n;
@@ -135,7 +140,7 @@ fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsign
 	k->fn = f;
 	cg->fn = f;
 	if (k->c)
-		fj_nvptx_mark_kernel(k->c, f, maxntid);
+		fj_nvptx_mark_kernel(k->c, f, maxntid, minblocks);
 	fj_cg_add_attr(cg, f, (int)LLVMAttributeFunctionIndex, "nounwind", 0);
 	for (uint32_t i = 0; i < ndims_i + 2; i++) {
 		fj_cg_add_attr(cg, f, (int)i + 1, "noalias", 0);
@@ -220,16 +225,28 @@ void fj_gpu_gloop_begin(gk *k, gloop *l, V start, V hi, V step, const char *name
 	LLVMBuildCondBr(B, slt(k, l->phi, hi), l->body, l->exit);
 	LLVMPositionBuilderAtEnd(B, l->body);
 	l->iv = l->phi;
+	l->no_hoist = false;
 	fj_rg_scope_push(&k->r);
 }
+
+void fj_gpu_gloop_no_hoist(gloop *l) { l->no_hoist = true; }
 
 void fj_gpu_gloop_end(gk *k, gloop *l)
 {
 	fj_rg_scope_pop(&k->r);
 	V next = LLVMBuildNSWAdd(B, l->phi, l->step, "");
 	LLVMBasicBlockRef cur = LLVMGetInsertBlock(B);
-	LLVMBuildBr(B, l->head);
+	LLVMValueRef br = LLVMBuildBr(B, l->head);
 	LLVMAddIncoming(l->phi, &next, &cur, 1);
+	if (l->no_hoist) {
+		LLVMContextRef lc = k->cg->llctx;
+		LLVMMetadataRef tmp = LLVMTemporaryMDNode(lc, NULL, 0);
+		LLVMMetadataRef dis = LLVMMDStringInContext2(lc, "llvm.licm.disable", 17);
+		LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(lc, &dis, 1)};
+		LLVMMetadataRef node = LLVMMDNodeInContext2(lc, ops, 2);
+		LLVMMetadataReplaceAllUsesWith(tmp, node);
+		LLVMSetMetadata(br, LLVMGetMDKindIDInContext(lc, "llvm.loop", 9), LLVMMetadataAsValue(lc, node));
+	}
 	LLVMPositionBuilderAtEnd(B, l->exit);
 }
 

@@ -165,7 +165,7 @@ fj_status fj_gpu_emit_io(gk *k, bool reg)
 	}
 	redctx rc;
 	k->want_ws = true;
-	fj_status st = fj_gpu_red_begin(k, &rc, reg ? "_reg8" : "", reg ? REG_BLOCK : BLOCK_MAX);
+	fj_status st = fj_gpu_red_begin(k, &rc, reg ? "_reg8" : "", reg ? REG_BLOCK : ROW_BLOCK, reg ? 1 : MIN_BLOCKS);
 	k->want_ws = false;
 	if (st != FJ_OK)
 		return st;
@@ -222,6 +222,8 @@ fj_status fj_gpu_emit_io(gk *k, bool reg)
 	}
 	gloop rl;
 	fj_gpu_gloop_begin(k, &rl, k->ctaid, rc.rows, k->nctaid, "row");
+	if (reg)
+		fj_gpu_gloop_no_hoist(&rl);
 	V ridx[FJ_MAX_RANK];
 	fj_gpu_unravel(k, rc.dv, rc.rdims, rc.nr, rl.iv, ridx);
 	regrow g;

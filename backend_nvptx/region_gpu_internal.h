@@ -15,11 +15,15 @@
 #include "backend_nvptx/region_gpu.h"
 #include "codegen/region.h"
 
-#define BLOCK_MAX 1024
 #define TILE 16
 #define MAXIO 240 /* operands, results: CUDA allows 4 KiB of parameters */
+/* Launch bounds (.maxntid, .minnctapersm) at sm_90's 64K registers per SM:
+ * 2 resident blocks of the entry's threads for every entry (256 threads:
+ * up to 128 registers), except _reg8 (one block of 512: 128 registers). */
+#define MIN_BLOCKS 2
+#define ROW_BLOCK 512 /* a block per row (<name>, persistent_inner_outer's <name>): 64 registers */
 #define REG_E 8       /* _reg8: positions per thread (region_gpu_reduce.c) */
-#define REG_BLOCK 512 /* maxntid 512: up to 128 registers, no spills */
+#define REG_BLOCK 512 /* maxntid 512, 1 block per SM: up to 128 registers, no spills */
 #define COL_BLOCK 256 /* _col: at most 256 threads (region_gpu_reduce.c) */
 /* tensor-core matmul tiles (region_gpu_matmul.c) */
 #define MMA_BM 64
@@ -64,16 +68,22 @@ typedef struct gloop {
 	LLVMBasicBlockRef head, body, exit;
 	V phi, iv, step;
 	LLVMBasicBlockRef pre;
+	bool no_hoist; /* llvm.licm.disable (fj_gpu_gloop_no_hoist) */
 } gloop;
 
 /* ---- entries, loops and shapes (region_gpu.c) ---- */
 
 /* Starts entry `name`: void(ptr operands..., ptr results..., ptr dims, ptr
  * status[, ptr workspace]) -- the workspace when k->want_ws. */
-fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned align);
+fj_status fj_gpu_entry_begin(gk *k, const char *suffix, unsigned maxntid, unsigned minblocks, unsigned align);
 fj_status fj_gpu_entry_end(gk *k);
 void fj_gpu_gloop_begin(gk *k, gloop *l, V start, V hi, V step, const char *name);
 void fj_gpu_gloop_end(gk *k, gloop *l);
+/* Keeps what the loop's body computes in the body (no LICM): a block's
+ * loop over rows in _reg8, where hoisting the row-invariant addresses of
+ * its 8 positions (8 x 64-bit pointers per tensor) out of a loop that
+ * mostly runs once costs the registers that keep the row. */
+void fj_gpu_gloop_no_hoist(gloop *l);
 void fj_gpu_if_begin(gk *k, fj_cg_if *c, V cond);
 void fj_gpu_if_end(gk *k, fj_cg_if *c);
 /* Row-major linear index of idx over v's sizes. */
@@ -208,7 +218,7 @@ typedef struct regrow {
 	V didx[REG_E][FJ_MAX_RANK], dlin[REG_E];
 } regrow;
 
-fj_status fj_gpu_red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid);
+fj_status fj_gpu_red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid, unsigned minblocks);
 void fj_gpu_step_phase(gk *k, redctx *rc, int ph, const V *ridx, V j);
 V fj_gpu_io_slot(gk *k, V part, V blk, int o, V len, V j);
 void fj_gpu_row_out(gk *k, redctx *rc, const V *ridx, V row, V j0, V jend, V js, V is_first,

@@ -13,7 +13,7 @@
 unsigned fj_gpu_pow2_at_least(int64_t x)
 {
 	unsigned p = 32;
-	while (p < BLOCK_MAX && (int64_t)p < x)
+	while (p < ROW_BLOCK && (int64_t)p < x)
 		p *= 2;
 	return p;
 }

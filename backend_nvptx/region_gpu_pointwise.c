@@ -12,7 +12,7 @@
 
 fj_status fj_gpu_emit_pointwise(gk *k, bool vec)
 {
-	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, vec ? 16 : 0);
+	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, MIN_BLOCKS, vec ? 16 : 0);
 	if (st != FJ_OK)
 		return st;
 	V numel = k->nout ? fj_gpu_result_numel(k) : i64c(k, 0);
@@ -54,7 +54,7 @@ fj_status fj_gpu_emit_transpose(gk *k)
 {
 	fj_cg *cg = k->cg;
 	const fj_graph *body = k->body;
-	fj_status st = fj_gpu_entry_begin(k, "", 256, 0);
+	fj_status st = fj_gpu_entry_begin(k, "", 256, MIN_BLOCKS, 0);
 	if (st != FJ_OK)
 		return st;
 	fj_vid v0 = body->results[0];

@@ -43,11 +43,11 @@ static void red_sizes(gk *k, redctx *rc)
 
 /* The prologue of every reduction kernel: the row/position split, the
  * entry point (name suffix, block bound), then the row count and length. */
-fj_status fj_gpu_red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid)
+fj_status fj_gpu_red_begin(gk *k, redctx *rc, const char *suffix, unsigned maxntid, unsigned minblocks)
 {
 	fj_status st = red_setup(k, rc);
 	if (st == FJ_OK)
-		st = fj_gpu_entry_begin(k, suffix, maxntid, 0);
+		st = fj_gpu_entry_begin(k, suffix, maxntid, minblocks, 0);
 	if (st != FJ_OK)
 		return st;
 	red_sizes(k, rc);
@@ -180,7 +180,7 @@ void fj_gpu_store_results(gk *k, int rank, const V *idx, V lin)
 fj_status fj_gpu_emit_tpr(gk *k)
 {
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_tpr", 256);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_tpr", 256, MIN_BLOCKS);
 	if (st != FJ_OK)
 		return st;
 	for (int i = 0; i < k->a->nreds; i++)
@@ -329,7 +329,7 @@ void fj_gpu_bpr_phases(gk *k, redctx *rc, blockctx *bc, const V *ridx, V j0, V j
 fj_status fj_gpu_emit_bpr(gk *k)
 {
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "", BLOCK_MAX);
+	fj_status st = fj_gpu_red_begin(k, &rc, "", ROW_BLOCK, MIN_BLOCKS);
 	if (st != FJ_OK)
 		return st;
 	blockctx bc;
@@ -409,13 +409,14 @@ fj_status fj_gpu_emit_reg(gk *k)
 {
 	fj_cg *cg = k->cg;
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_reg8", REG_BLOCK);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_reg8", REG_BLOCK, 1);
 	if (st != FJ_OK)
 		return st;
 	blockctx bc;
 	gloop rl;
 	V ridx[FJ_MAX_RANK];
 	block_rows_begin(k, &rc, &bc, &rl, ridx);
+	fj_gpu_gloop_no_hoist(&rl);
 	V tail = add(k, k->tid, mul(k, k->ntid, i64c(k, REG_E)));
 	regrow g;
 	fj_gpu_reg_row_reduce(k, &rc, &bc, ridx, tail, &g);
@@ -493,7 +494,7 @@ void fj_gpu_col_merge_groups(gk *k, fj_rg_acc *acc, V sh[3], V tx, V ty0, V ny)
 fj_status fj_gpu_emit_col(gk *k)
 {
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_col", COL_BLOCK);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_col", COL_BLOCK, MIN_BLOCKS);
 	if (st != FJ_OK)
 		return st;
 	const fj_rg_analysis *a = k->a;

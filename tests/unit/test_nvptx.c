@@ -167,7 +167,7 @@ static char *math_kernel_ptx(fj_context *ctx, bool *libdevice, char **llvm_ir)
 	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
 	LLVMTypeRef ps[2] = {cg.t_ptr, cg.t_ptr};
 	LLVMValueRef f = LLVMAddFunction(c.mod, "k", LLVMFunctionType(cg.t_void, ps, 2, 0));
-	fj_nvptx_mark_kernel(&c, f, 128);
+	fj_nvptx_mark_kernel(&c, f, 128, 3);
 	cg.fn = f;
 	cg.entry = LLVMAppendBasicBlockInContext(c.llctx, f, "entry");
 	LLVMPositionBuilderAtEnd(cg.b, cg.entry);
@@ -217,6 +217,7 @@ START_TEST(test_libdevice_lazy)
 	ck_assert_ptr_null(strstr(ptx, "call"));
 	ck_assert_ptr_null(strstr(ptx, ".func"));
 	ck_assert_ptr_nonnull(strstr(ptx, ".maxntid 128, 1, 1"));
+	ck_assert_ptr_nonnull(strstr(ptx, ".minnctapersm 3"));
 	fprintf(stderr, "libdevice link+O3+PTX: first %.2f ms, then %.2f ms\n", (t1 - t0) / 1e3, (t2 - t1) / 1e3);
 	free(ptx);
 	free(ptx2);
@@ -1230,11 +1231,12 @@ START_TEST(test_plans_inner_outer)
 	ck_assert_uint_eq(p.launch[0].grid, 132);
 	/* groups of 12: 11, 12 counters in 48 bytes */
 	ck_assert_uint_eq(p.workspace, 48 + (132 + 11) * 2 * 4096 * 8);
-	/* more than 4096 positions: the workspace entry */
+	/* more than 4096 positions: the workspace entry, in blocks of at most
+	 * 512 threads (2 resident per SM: tests/nvptx/budgets.tsv) */
 	io_plan(ctx, io_srcs[2], &p);
 	ck_assert_int_eq(p.n, 1);
 	ck_assert_int_eq(p.launch[0].variant, 0);
-	ck_assert_uint_eq(p.launch[0].block, 1024);
+	ck_assert_uint_eq(p.launch[0].block, 512);
 	ck_assert_uint_eq(p.launch[0].grid, 3);
 	ck_assert_uint_eq(p.workspace, 16 + (3 + 2) * 1 * 5000 * 8); /* groups of 2: 2 */
 	/* no rows: one block still writes the columns */
