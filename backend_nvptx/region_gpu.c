@@ -22,9 +22,14 @@
  *
  * Templates (schedule -> entries):
  *   pointwise             <name>     grid-stride over the result in chunks of
- *                                    4 elements (param align 16 lets the
- *                                    load/store vectorizer form 16-byte
- *                                    ld/st.global.v4), scalar tail;
+ *                                    16 bytes of its narrowest tensor (4
+ *                                    f32, 8 f16/bf16: fj_gpu_vec_width):
+ *                                    the operands of the result's shape
+ *                                    loaded and the results stored as one
+ *                                    16-byte vector each (ld.global.nc.v4,
+ *                                    st.global.v4), scalar tail; needs every
+ *                                    operand and result pointer 16-byte
+ *                                    aligned (the plan's aligned16);
  *                         <name>_s1  grid-stride, one element per iteration
  *                                    (pointers not 16-byte aligned).
  *   transpose             <name>     32x32 tiles through shared memory

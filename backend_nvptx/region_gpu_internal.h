@@ -174,6 +174,10 @@ void fj_gpu_entry_name(const fj_graph *g, uint32_t node, const fj_rg_analysis *a
 /* ---- pointwise and transpose (region_gpu_pointwise.c) ---- */
 
 fj_status fj_gpu_emit_pointwise(gk *k, bool vec);
+/* The elements a thread handles per iteration in the vectorised pointwise
+ * entry: 16 bytes of the narrowest tensor it reads or writes whole (4 f32,
+ * 8 f16/bf16; 2 to 8). */
+int fj_gpu_vec_width(const fj_rg_analysis *a);
 bool fj_gpu_tileable(const fj_graph *body);
 fj_status fj_gpu_emit_transpose(gk *k);
 

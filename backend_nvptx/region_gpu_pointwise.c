@@ -10,6 +10,87 @@
 
 /* ---- pointwise ---- */
 
+/* Whether region operand i is read whole by the vectorised entry: a tensor
+ * of result 0's shape (read at the result's linear index, if at all). */
+static bool read_whole(const fj_graph *body, uint32_t i)
+{
+	const fj_type *t = &body->values[body->params[i]].type;
+	const fj_type *r = &body->values[body->results[0]].type;
+	return body->values[body->params[i]].kind != FJ_VK_LITERAL && t->rank == r->rank &&
+	       memcmp(t->dims, r->dims, (size_t)r->rank * sizeof(fj_dim)) == 0;
+}
+
+int fj_gpu_vec_width(const fj_rg_analysis *a)
+{
+	const fj_graph *body = a->body;
+	size_t narrow = 16;
+	for (uint32_t j = 0; j < body->nresults; j++) {
+		size_t s = fj_dtype_size(body->values[body->results[j]].type.dtype);
+		narrow = s && s < narrow ? s : narrow;
+	}
+	for (uint32_t i = 0; body->nresults && i < body->nparams; i++) {
+		size_t s = fj_dtype_size(body->values[body->params[i]].type.dtype);
+		if (read_whole(body, i))
+			narrow = s && s < narrow ? s : narrow;
+	}
+	int w = (int)(16 / narrow);
+	return w < 2 ? 2 : w > 8 ? 8 : w;
+}
+
+/* The alignment of w elements of dtype dt at a multiple of w elements
+ * from a 16-byte aligned base. */
+static unsigned vec_align(fj_dtype dt, int w)
+{
+	size_t b = fj_dtype_size(dt) * (size_t)w;
+	return b >= 16 ? 16 : (unsigned)b;
+}
+
+/* One chunk of the vectorised entry: elements [base, base + w). The
+ * operands read whole are loaded as one vector each (ld.global.nc.v4 ...:
+ * 16 bytes for 4 f32, 8 f16/bf16) and bound at the lanes' points; each
+ * result is evaluated lane by lane and stored as one vector. (Left to
+ * LLVM's load/store vectorizer, the lanes' loads stay scalar: each lane's
+ * evaluation lies between them, and libdevice's slow paths split the
+ * chunk into blocks.) */
+static void vec_chunk(gk *k, V base, int w)
+{
+	fj_cg *cg = k->cg;
+	const fj_graph *body = k->body;
+	V lin[8];
+	for (int lane = 0; lane < w; lane++)
+		lin[lane] = add(k, base, i64c(k, lane));
+	for (uint32_t i = 0; i < k->nin; i++) {
+		if (k->in[i].literal || k->in[i].none || !read_whole(body, i))
+			continue;
+		fj_dtype dt = k->in[i].t.dtype;
+		LLVMTypeRef et = fj_cg_storage_type(cg, dt);
+		V x = LLVMBuildLoad2(B, LLVMVectorType(et, (unsigned)w),
+		                     LLVMBuildInBoundsGEP2(B, et, k->in[i].t.ptr, &base, 1, ""), "");
+		LLVMSetAlignment(x, vec_align(dt, w));
+		fj_vid pv = body->params[i];
+		for (int lane = 0; lane < w; lane++) {
+			fj_rg_point p;
+			fj_rg_point_lin(&p, body->values[pv].type.rank, lin[lane]);
+			V e = LLVMBuildExtractElement(B, x, fj_cg_i32(cg, lane), "");
+			fj_rg_bind_at(&k->r, pv, &p, fj_cg_from_storage(cg, dt, e));
+		}
+	}
+	for (uint32_t j = 0; j < k->nout; j++) {
+		fj_vid v = body->results[j];
+		fj_dtype dt = k->out[j].dtype;
+		LLVMTypeRef et = fj_cg_storage_type(cg, dt), vt = LLVMVectorType(et, (unsigned)w);
+		V acc = LLVMGetUndef(vt);
+		for (int lane = 0; lane < w; lane++) {
+			fj_rg_point p;
+			fj_rg_point_lin(&p, body->values[v].type.rank, lin[lane]);
+			V x = fj_cg_to_storage(cg, dt, fj_rg_eval_as(&k->r, v, &p, dt));
+			acc = LLVMBuildInsertElement(B, acc, x, fj_cg_i32(cg, lane), "");
+		}
+		V s = LLVMBuildStore(B, acc, LLVMBuildInBoundsGEP2(B, et, k->out[j].ptr, &base, 1, ""));
+		LLVMSetAlignment(s, vec_align(dt, w));
+	}
+}
+
 fj_status fj_gpu_emit_pointwise(gk *k, bool vec)
 {
 	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, MIN_BLOCKS, vec ? 16 : 0);
@@ -20,14 +101,13 @@ fj_status fj_gpu_emit_pointwise(gk *k, bool vec)
 	V gstride = mul(k, k->nctaid, k->ntid);
 	V tail0 = i64c(k, 0);
 	if (vec) {
-		V nchunks = LLVMBuildUDiv(B, numel, i64c(k, 4), "");
+		int w = fj_gpu_vec_width(k->a);
+		V nchunks = LLVMBuildUDiv(B, numel, i64c(k, w), "");
 		gloop l;
 		fj_gpu_gloop_begin(k, &l, gtid, nchunks, gstride, "vchunk");
-		V base = mul(k, l.iv, i64c(k, 4));
-		for (int lane = 0; lane < 4; lane++)
-			fj_gpu_store_all_lin(k, add(k, base, i64c(k, lane)));
+		vec_chunk(k, mul(k, l.iv, i64c(k, w)), w);
 		fj_gpu_gloop_end(k, &l);
-		tail0 = mul(k, nchunks, i64c(k, 4));
+		tail0 = mul(k, nchunks, i64c(k, w));
 	}
 	gloop l;
 	fj_gpu_gloop_begin(k, &l, add(k, tail0, gtid), numel, gstride, "elem");
@@ -166,8 +246,10 @@ static fj_status pointwise_choose(const fj_gpu_sizes *s, fj_nvptx_plan *plan)
 			mm > 0 && nn > 0 ? numel / (mm * nn) * fj_gpu_ceil_div(mm, 32) * fj_gpu_ceil_div(nn, 32) : 0;
 		return fj_gpu_launch(s, plan, "", (unsigned)(tiles > (1 << 20) ? (1 << 20) : tiles), 256, 0);
 	}
-	if (s->aligned16 && !scalar)
-		return fj_gpu_launch(s, plan, "", fj_gpu_grid_of(fj_gpu_ceil_div(numel, 4), 256), 256, 0);
+	if (s->aligned16 && !scalar) {
+		int64_t chunks = fj_gpu_ceil_div(numel, fj_gpu_vec_width(s->a));
+		return fj_gpu_launch(s, plan, "", fj_gpu_grid_of(chunks, 256), 256, 0);
+	}
 	return fj_gpu_launch(s, plan, "_s1", fj_gpu_grid_of(numel, 256), 256, 0);
 }
 

@@ -65,20 +65,116 @@ static void d_point(gk *k, redctx *rc, const V *ridx, V j, V *didx)
 		didx[rc->kdims[i]] = kidx[i];
 }
 
+/* Accumulates phase ph's reductions at D point p (position j of its row). */
+static void step_phase_at(gk *k, redctx *rc, int ph, const fj_rg_point *p, V j)
+{
+	for (int i = 0; i < k->a->nreds; i++) {
+		if (k->a->red_phase[i] != ph)
+			continue;
+		const fj_node *rn = &k->body->nodes[k->a->reds[i]];
+		fj_rg_point q = *p;
+		V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
+		fj_rg_acc_step(&k->r, &rc->acc[i], x, j);
+	}
+}
+
 void fj_gpu_step_phase(gk *k, redctx *rc, int ph, const V *ridx, V j)
 {
 	V didx[FJ_MAX_RANK];
 	d_point(k, rc, ridx, j, didx);
 	fj_rg_point p;
 	fj_rg_point_idx(&p, rc->drank, didx);
-	for (int i = 0; i < k->a->nreds; i++) {
-		if (k->a->red_phase[i] != ph)
-			continue;
-		const fj_node *rn = &k->body->nodes[k->a->reds[i]];
-		fj_rg_point q = p;
-		V x = fj_rg_eval(&k->r, rn->opnds[0], &q);
-		fj_rg_acc_step(&k->r, &rc->acc[i], x, j);
+	step_phase_at(k, rc, ph, &p, j);
+}
+
+/* ---- a block per row, its rows read 16 bytes at a time ---- */
+
+/* Whether region operand i is read whole by a row kernel: a tensor of D's
+ * shape. */
+static bool row_whole(const gk *k, const redctx *rc, uint32_t i)
+{
+	const fj_type *t = &k->body->values[k->body->params[i]].type;
+	const fj_type *d = &k->body->values[rc->dv].type;
+	return !k->in[i].literal && !k->in[i].none && t->rank == d->rank &&
+	       memcmp(t->dims, d->dims, (size_t)d->rank * sizeof(fj_dim)) == 0;
+}
+
+/* The positions a thread reads at once from each operand of D's shape in a
+ * block-per-row kernel: 16 bytes of the narrowest (4 f32, 8 f16/bf16; at
+ * most 8), or 0 when rows are not read that way: an argmax/argmin (the
+ * order), reduced dims that are not D's innermost ones (a row is not
+ * contiguous), or no operand of D's shape. */
+static int row_vec_width(const gk *k, const redctx *rc)
+{
+	if (rc->ordered || rc->nk == 0)
+		return 0;
+	for (int i = 0; i < rc->nk; i++)
+		if (rc->kdims[i] != rc->drank - rc->nk + i)
+			return 0;
+	size_t narrow = 0;
+	for (uint32_t i = 0; i < k->nin; i++) {
+		size_t s = fj_dtype_size(k->in[i].t.dtype);
+		if (row_whole(k, rc, i) && s && (!narrow || s < narrow))
+			narrow = s;
 	}
+	if (!narrow)
+		return 0;
+	int w = (int)(16 / narrow);
+	return w < 2 ? 2 : w > 8 ? 8 : w;
+}
+
+/* Whether this launch reads rows w positions at a time (i1): the row length
+ * a multiple of w and every operand of D's shape 16-byte aligned -- then
+ * each w positions of a row start 16 bytes apart from an aligned address.
+ * Decided in the kernel from its pointers, so any pointers may come. */
+static V row_vec_ok(gk *k, const redctx *rc, int w)
+{
+	fj_cg *cg = k->cg;
+	V ok = LLVMBuildICmp(B, LLVMIntEQ, LLVMBuildURem(B, rc->len, i64c(k, w), ""), i64c(k, 0), "");
+	for (uint32_t i = 0; i < k->nin; i++) {
+		if (!row_whole(k, rc, i))
+			continue;
+		V lo = LLVMBuildAnd(B, LLVMBuildPtrToInt(B, k->in[i].t.ptr, cg->t_i64, ""), i64c(k, 15), "");
+		ok = LLVMBuildAnd(B, ok, LLVMBuildICmp(B, LLVMIntEQ, lo, i64c(k, 0), ""), "");
+	}
+	return ok;
+}
+
+/* Phase ph over the row's positions in chunks of w (chunk c = tid, tid +
+ * ntid, ...: positions c*w .. c*w + w-1): each operand of D's shape loaded
+ * as one 16-byte vector per chunk (ld.global.nc.v4) and bound at the
+ * chunk's points, then the reductions stepped position by position. */
+static void row_vec_phase(gk *k, redctx *rc, int ph, const V *ridx, int w)
+{
+	fj_cg *cg = k->cg;
+	gloop cl;
+	fj_gpu_gloop_begin(k, &cl, k->tid, LLVMBuildUDiv(B, rc->len, i64c(k, w), ""), k->ntid, "vpos");
+	V jb = mul(k, cl.iv, i64c(k, w));
+	V j[8], didx[8][FJ_MAX_RANK];
+	fj_rg_point pts[8];
+	for (int lane = 0; lane < w; lane++) {
+		j[lane] = add(k, jb, i64c(k, lane));
+		d_point(k, rc, ridx, j[lane], didx[lane]);
+		fj_rg_point_idx(&pts[lane], rc->drank, didx[lane]);
+	}
+	for (uint32_t i = 0; i < k->nin; i++) {
+		if (!row_whole(k, rc, i))
+			continue;
+		fj_dtype dt = k->in[i].t.dtype;
+		LLVMTypeRef et = fj_cg_storage_type(cg, dt);
+		V off = fj_cg_offset(cg, &k->in[i].t, didx[0]);
+		V x = LLVMBuildLoad2(B, LLVMVectorType(et, (unsigned)w),
+		                     LLVMBuildInBoundsGEP2(B, et, k->in[i].t.ptr, &off, 1, ""), "");
+		size_t bytes = fj_dtype_size(dt) * (size_t)w;
+		LLVMSetAlignment(x, bytes >= 16 ? 16 : (unsigned)bytes);
+		for (int lane = 0; lane < w; lane++) {
+			V e = LLVMBuildExtractElement(B, x, fj_cg_i32(cg, lane), "");
+			fj_rg_bind_at(&k->r, k->body->params[i], &pts[lane], fj_cg_from_storage(cg, dt, e));
+		}
+	}
+	for (int lane = 0; lane < w; lane++)
+		step_phase_at(k, rc, ph, &pts[lane], j[lane]);
+	fj_gpu_gloop_end(k, &cl);
 }
 
 /* Stores the results that live in `space` ('D': the pre-reduction space,
@@ -311,14 +407,26 @@ void fj_gpu_thread_positions(gk *k, const redctx *rc, V *j0, V *jend, V *js)
 void fj_gpu_bpr_phases(gk *k, redctx *rc, blockctx *bc, const V *ridx, V j0, V jend, V js)
 {
 	const fj_rg_analysis *a = k->a;
+	int w = row_vec_width(k, rc);
+	V vec_ok = w ? row_vec_ok(k, rc, w) : NULL;
 	for (int ph = 0; ph < a->nphases; ph++) {
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph)
 				fj_rg_acc_reset(&k->r, &rc->acc[i]);
+		fj_cg_if c;
+		if (w) { /* (w: j0 = tid, jend = len, js = ntid) */
+			fj_gpu_if_begin(k, &c, vec_ok);
+			row_vec_phase(k, rc, ph, ridx, w);
+			fj_rg_scope_pop(&k->r);
+			fj_cg_if_else(k->cg, &c);
+			fj_rg_scope_push(&k->r);
+		}
 		gloop jl;
 		fj_gpu_gloop_begin(k, &jl, j0, jend, js, "pos");
 		fj_gpu_step_phase(k, rc, ph, ridx, jl.iv);
 		fj_gpu_gloop_end(k, &jl);
+		if (w)
+			fj_gpu_if_end(k, &c);
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph)
 				block_combine(k, rc, bc, i);

@@ -285,12 +285,9 @@ static LLVMValueRef elem_ptr(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offs
 	return LLVMBuildInBoundsGEP2(cg->b, st, t->ptr, &offset, 1, "");
 }
 
-LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset)
+LLVMValueRef fj_cg_from_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v)
 {
-	LLVMTypeRef st = fj_cg_storage_type(cg, t->dtype);
-	LLVMValueRef v = LLVMBuildLoad2(cg->b, st, elem_ptr(cg, t, offset), "");
-	LLVMSetAlignment(v, (unsigned)fj_dtype_size(t->dtype));
-	switch (t->dtype) {
+	switch (dt) {
 	case FJ_DT_F16: return LLVMBuildFPExt(cg->b, v, cg->t_f32, "");
 	case FJ_DT_BF16: return bf16_to_f32(cg, v);
 	case FJ_DT_BOOL: return LLVMBuildICmp(cg->b, LLVMIntNE, v, LLVMConstInt(cg->t_i8, 0, 0), "");
@@ -298,14 +295,27 @@ LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset)
 	}
 }
 
+LLVMValueRef fj_cg_to_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v)
+{
+	switch (dt) {
+	case FJ_DT_F16: return LLVMBuildFPTrunc(cg->b, v, cg->t_f16, "");
+	case FJ_DT_BF16: return bf16_bits(cg, v);
+	case FJ_DT_BOOL: return LLVMBuildZExt(cg->b, v, cg->t_i8, "");
+	default: return v;
+	}
+}
+
+LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset)
+{
+	LLVMTypeRef st = fj_cg_storage_type(cg, t->dtype);
+	LLVMValueRef v = LLVMBuildLoad2(cg->b, st, elem_ptr(cg, t, offset), "");
+	LLVMSetAlignment(v, (unsigned)fj_dtype_size(t->dtype));
+	return fj_cg_from_storage(cg, t->dtype, v);
+}
+
 void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValueRef v)
 {
-	switch (t->dtype) {
-	case FJ_DT_F16: v = LLVMBuildFPTrunc(cg->b, v, cg->t_f16, ""); break;
-	case FJ_DT_BF16: v = bf16_bits(cg, v); break;
-	case FJ_DT_BOOL: v = LLVMBuildZExt(cg->b, v, cg->t_i8, ""); break;
-	default: break;
-	}
+	v = fj_cg_to_storage(cg, t->dtype, v);
 	LLVMValueRef s = LLVMBuildStore(cg->b, v, elem_ptr(cg, t, offset));
 	LLVMSetAlignment(s, (unsigned)fj_dtype_size(t->dtype));
 }

@@ -140,6 +140,11 @@ LLVMValueRef fj_cg_load(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
 /* Stores compute value v (of t's dtype's compute type) at `offset`, rounding
  * f16/bf16 to nearest even. */
 void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValueRef v);
+/* A stored element (of fj_cg_storage_type) as its compute value, and back
+ * (f16/bf16 rounded to nearest even): what fj_cg_load / fj_cg_store do
+ * around the memory access, for templates that load or store vectors. */
+LLVMValueRef fj_cg_from_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
+LLVMValueRef fj_cg_to_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
 /* A hint: fetch the cache line of t's element at `offset` for reading. */
 void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
 /* sum(idx[k] * stride[k]) over t's rank. */

@@ -112,6 +112,8 @@ def template_of(entry, regions, smem):
         return ('transpose' if sched == 'transpose' and smem > 0 else 'pointwise'), dts
     if sched == 'persistent_inner_outer':
         return ('io' + suf), dts
+    if sched in ('reduction_outer', 'persistent_outer') and suf == '':
+        return 'row_outer', dts  # a block per row over strided rows: nothing to read 16 bytes at a time
     if sched in ('reduction_inner', 'reduction_outer', 'persistent_inner', 'persistent_outer'):
         return ('row' + suf), dts
     if sched == 'matmul':
@@ -217,6 +219,57 @@ def lint_protocol(entry, lines):
     return bad
 
 
+# The lint on two entries it must reject (a counter atomic right after a
+# store, and a non-coherent load from the workspace) and one it must accept:
+# the problems it finds in each.
+LINT_CASES = {
+    'no_fence': (1, """.visible .entry no_fence(
+	.param .u64 no_fence_param_0
+)
+{
+	ld.param.u64 	%rd1, [no_fence_param_0];
+	cvta.to.global.u64 	%rd2, %rd1;
+	st.global.f64 	[%rd2+16], %fd1;
+	atom.global.add.u32 	%r1, [%rd2], 1;
+	ret;
+}"""),
+    'nc_ws': (1, """.visible .entry nc_ws(
+	.param .u64 nc_ws_param_0
+)
+{
+	ld.param.u64 	%rd1, [nc_ws_param_0];
+	cvta.to.global.u64 	%rd2, %rd1;
+	add.s64 	%rd3, %rd2, 16;
+	st.global.f64 	[%rd3], %fd1;
+	membar.gl;
+	atom.global.add.u32 	%r1, [%rd2], 1;
+	ld.global.nc.f64 	%fd2, [%rd3+8];
+	ret;
+}"""),
+    'good': (0, """.visible .entry good(
+	.param .u64 good_param_0
+)
+{
+	ld.param.u64 	%rd1, [good_param_0];
+	cvta.to.global.u64 	%rd2, %rd1;
+	st.global.f64 	[%rd2+16], %fd1;
+	membar.gl;
+	atom.global.add.u32 	%r1, [%rd2], 1;
+	ld.volatile.global.f64 	%fd2, [%rd2+24];
+	ret;
+}"""),
+}
+
+
+def lint_self_test():
+    bad = []
+    for name, (want, ptx) in LINT_CASES.items():
+        got = lint_protocol(name, ptx_entries(ptx)[name])
+        if len(got) != want:
+            bad.append('the protocol lint finds %d problems in its test entry %s, not %d: %s' % (len(got), name, want, got))
+    return bad
+
+
 # ---- ptxas -v ----
 
 PTXAS_SPILL_RE = re.compile(r'(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads')
@@ -281,7 +334,7 @@ def main():
     if not graphs:
         print('FAIL: no bench graph in %s/bench/graphs' % root)
         return 1
-    problems = []
+    problems = lint_self_test()
     for t, (threads, blocks, regs, _) in sorted(budgets.items()):
         if blocks_per_sm(regs, threads, 0) < blocks:
             problems.append('budgets.tsv: %s: %d registers at %d threads leave %d blocks per SM, not %d'
