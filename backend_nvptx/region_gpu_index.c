@@ -27,7 +27,7 @@ fj_status fj_gpu_emit_index(gk *k)
 	int64_t dim = fj_attr_as_int(fj_node_attr(k->a->ctx, on, "dim"));
 	if (dim < 0)
 		dim += dr ? dr : 1;
-	fj_status st = fj_gpu_entry_begin(k, "", 256, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, "", 256, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	V numel = fj_rg_numel(&k->r, ov);
@@ -82,7 +82,7 @@ fj_status fj_gpu_emit_scatter(gk *k, bool add_phase)
 	if (body->nresults != 1 || body->results[0] != ov)
 		return fj_error_status(k->a->ctx, FJ_ERR_UNSUPPORTED, on->loc,
 		                       "%s: a scatter region must yield the scatter's result only", fj_op_name(on->op));
-	fj_status st = fj_gpu_entry_begin(k, add_phase ? "_add" : "", 256, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, add_phase ? "_add" : "", 256, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	int orank = body->values[ov].type.rank;
@@ -170,7 +170,7 @@ fj_status fj_gpu_emit_scan(gk *k)
 		dim += rank ? rank : 1;
 	fj_dtype odt = body->values[ov].type.dtype;
 	fj_dtype acc_dt = fj_dtype_is_float(odt) ? FJ_DT_F64 : FJ_DT_I64;
-	fj_status st = fj_gpu_entry_begin(k, "", 256, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, "", 256, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	int others[FJ_MAX_RANK], no = 0;

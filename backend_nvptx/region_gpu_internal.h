@@ -17,9 +17,12 @@
 
 #define TILE 16
 #define MAXIO 240 /* operands, results: CUDA allows 4 KiB of parameters */
-/* Launch bounds (.maxntid, .minnctapersm) at sm_90's 64K registers per SM:
- * 2 resident blocks of the entry's threads for every entry (256 threads:
- * up to 128 registers), except _reg8 (one block of 512: 128 registers). */
+/* Launch bounds (.maxntid, .minnctapersm) at sm_90's 64K registers per SM
+ * (tests/nvptx/budgets.tsv checks the registers ptxas uses): a block per
+ * row keeps 2 resident blocks of 512 threads (MIN_BLOCKS: up to 64
+ * registers), _reg8 one block of 512 (up to 128). Entries of 256 threads
+ * or fewer give no .minnctapersm: ptxas's own choice stays at 64 registers
+ * or fewer (4+ blocks), which a bound of 2 blocks would loosen to 128. */
 #define MIN_BLOCKS 2
 #define ROW_BLOCK 512 /* a block per row (<name>, persistent_inner_outer's <name>): 64 registers */
 #define REG_E 8       /* _reg8: positions per thread (region_gpu_reduce.c) */

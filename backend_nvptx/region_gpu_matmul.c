@@ -21,7 +21,7 @@ fj_status fj_gpu_emit_matmul(gk *k, const char *suffix)
 	fj_dtype odt = body->values[ov].type.dtype;
 	fj_dtype acc_dt = fj_dtype_is_float(odt) ? FJ_DT_F64 : FJ_DT_I64;
 	fj_dtype tdt = fj_dtype_is_float(odt) ? (odt == FJ_DT_F64 ? FJ_DT_F64 : FJ_DT_F32) : FJ_DT_I64;
-	fj_status st = fj_gpu_entry_begin(k, suffix, TILE * TILE, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, suffix, TILE * TILE, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	LLVMTypeRef tty = fj_cg_compute_type(cg, tdt), aty = fj_cg_compute_type(cg, acc_dt);
@@ -213,7 +213,7 @@ fj_status fj_gpu_emit_matmul_mma(gk *k)
 	int ra = body->values[av].type.rank, rb = body->values[bv].type.rank, ro = body->values[ov].type.rank;
 	bool bf16 = body->values[av].type.dtype == FJ_DT_BF16;
 	fj_dtype odt = body->values[ov].type.dtype;
-	fj_status st = fj_gpu_entry_begin(k, "", MMA_THREADS, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, "", MMA_THREADS, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	V sa = cg->target->shared_array(cg, cg->t_i16, MMA_BM * MMA_LD, "mma_a");

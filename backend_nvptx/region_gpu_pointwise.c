@@ -93,7 +93,7 @@ static void vec_chunk(gk *k, V base, int w)
 
 fj_status fj_gpu_emit_pointwise(gk *k, bool vec)
 {
-	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, MIN_BLOCKS, vec ? 16 : 0);
+	fj_status st = fj_gpu_entry_begin(k, vec ? "" : "_s1", 256, 0, vec ? 16 : 0);
 	if (st != FJ_OK)
 		return st;
 	V numel = k->nout ? fj_gpu_result_numel(k) : i64c(k, 0);
@@ -134,7 +134,7 @@ fj_status fj_gpu_emit_transpose(gk *k)
 {
 	fj_cg *cg = k->cg;
 	const fj_graph *body = k->body;
-	fj_status st = fj_gpu_entry_begin(k, "", 256, MIN_BLOCKS, 0);
+	fj_status st = fj_gpu_entry_begin(k, "", 256, 0, 0);
 	if (st != FJ_OK)
 		return st;
 	fj_vid v0 = body->results[0];

@@ -276,7 +276,7 @@ void fj_gpu_store_results(gk *k, int rank, const V *idx, V lin)
 fj_status fj_gpu_emit_tpr(gk *k)
 {
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_tpr", 256, MIN_BLOCKS);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_tpr", 256, 0);
 	if (st != FJ_OK)
 		return st;
 	for (int i = 0; i < k->a->nreds; i++)
@@ -602,7 +602,7 @@ void fj_gpu_col_merge_groups(gk *k, fj_rg_acc *acc, V sh[3], V tx, V ty0, V ny)
 fj_status fj_gpu_emit_col(gk *k)
 {
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_col", COL_BLOCK, MIN_BLOCKS);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_col", COL_BLOCK, 0);
 	if (st != FJ_OK)
 		return st;
 	const fj_rg_analysis *a = k->a;

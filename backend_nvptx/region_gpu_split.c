@@ -94,7 +94,7 @@ fj_status fj_gpu_emit_split(gk *k)
 	fj_cg *cg = k->cg;
 	redctx rc;
 	k->want_ws = true;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_split", COL_BLOCK, MIN_BLOCKS);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_split", COL_BLOCK, 0);
 	k->want_ws = false;
 	if (st != FJ_OK)
 		return st;
