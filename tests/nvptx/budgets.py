@@ -18,15 +18,21 @@ Checks (each failure names the entry):
     resident (65,536 registers per SM in 4 sub-partitions, allocated per
     warp in units of 256; 2,048 threads, 32 blocks, 228 KiB of shared
     memory, 1 KiB of it reserved per block);
-  - the table's vec128 templates (the vectorised pointwise and row entries)
-    load and store 128 bits at a time (ld.global[.nc].v4.f32/b32/u32,
-    .v2.f64/b64 ...) in regions whose results are all f32, f16 or bf16;
+  - the table's vec128 templates make 128-bit global accesses
+    (ld.global[.nc].v4.f32/b32/u32, .v2.f64/b64 ...) in regions whose
+    results are all f32, f16 or bf16: loads and stores ("ldst": the
+    vectorised pointwise entry) or loads ("ld": a block per row of an inner
+    reduction, which stores its row's outputs per element); the scalar _s1
+    entries and the other templates are exempt ("no");
   - the cross-block protocol (the _split entries and persistent_inner_outer
     ones, which take a workspace): a fence (membar.gl, fence.sc/acq_rel.gpu)
     between the last global store and every counter atomic, and no
     ld.global.nc from the workspace (other blocks write it: a non-coherent
     load may see a stale line) -- checked by following the registers
-    computed from the workspace parameter.
+    computed from the workspace parameter (operands may be read .nc after
+    the last-block test: nothing writes them during the launch). The lint
+    first runs on three entries of its own (LINT_CASES), two it must
+    reject, so a lint that finds nothing fails.
 
 Prints the table (`--table-only`: prints it and checks nothing). Exit 0 when
 every check holds, 1 otherwise, 77 (with the reason) without ptxas at
