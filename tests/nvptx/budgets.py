@@ -308,7 +308,7 @@ def ptxas_info(text):
 def run_one(opt, ptxas, tmp, path, pipe):
     name = os.path.basename(path)[:-3]
     env = dict(os.environ, FUSEJIT_PTX_ALL_VARIANTS='1')
-    ptx_path = os.path.join(tmp, '%s.%s.ptx' % (name, pipe))
+    ptx_path = os.path.join(tmp, '%s.%s.ptx' % (path.strip('/').replace('/', '_'), pipe))  # unique per graph
     ir = subprocess.run([opt, path, '--pipeline=' + pipe], env=env, capture_output=True, text=True)
     if ir.returncode != 0:
         return name, pipe, None, 'fusejit-opt (ir): ' + ir.stderr[:400]
