@@ -66,36 +66,15 @@ static fj_context *new_ctx(void)
 static fj_status compile_with(fj_context *ctx, const char *text, fj_executor ex, int training, const char *pipeline,
                               fj_program **p)
 {
-	fj_module *m = NULL;
-	fj_status st = fj_module_parse(ctx, text, strlen(text), "nvptx_test.fj", &m);
-	fj_compile_options o;
-	fj_compile_options_init(&o);
-	o.executor = ex;
-	o.training = training;
-	o.pipeline = pipeline;
-	if (st == FJ_OK)
-		st = fj_compile(ctx, m, &o, p);
-	fj_module_destroy(m);
-	return st;
+	return compile_text(ctx, text, "nvptx_test.fj", ex, training, pipeline, p);
 }
 
 static fj_status compile(fj_context *ctx, const char *text, fj_executor ex, int training, fj_program **p)
 {
-	return compile_with(ctx, text, ex, training, NULL, p);
+	return compile_text(ctx, text, "nvptx_test.fj", ex, training, NULL, p);
 }
 
-static fj_tensor tensor(float *data, fj_device dev, int rank, int64_t d0, int64_t d1)
-{
-	fj_tensor t;
-	memset(&t, 0, sizeof t);
-	t.data = data;
-	t.dtype = FJ_TYPE_F32;
-	t.rank = rank;
-	t.sizes[0] = d0;
-	t.sizes[1] = d1;
-	t.device = dev;
-	return t;
-}
+#define tensor f32_tensor
 
 static int64_t numel(const fj_tensor *t)
 {

@@ -672,11 +672,7 @@ API CUresult cuCtxGetDevice(int *dev)
 
 API CUresult cuCtxSynchronize(void)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	fjc_run_all(c);
 	return fjc_leave(synced(c));
 }
@@ -685,11 +681,7 @@ API CUresult cuCtxSynchronize(void)
 
 API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	if (!dptr || size == 0)
 		return fjc_leave(E_INVALID_VALUE);
 	if (size > TOTAL_MEM - g_live_bytes)
@@ -713,11 +705,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 
 API CUresult cuMemFree_v2(CUdeviceptr p)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	fjc_run_all(c); /* cuMemFree synchronises */
 	if ((r = synced(c)) != OK)
 		return fjc_leave(r);
@@ -736,11 +724,7 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 
 API CUresult cuMemGetInfo_v2(size_t *freeb, size_t *total)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	if (!freeb || !total)
 		return fjc_leave(E_INVALID_VALUE);
 	*total = (size_t)TOTAL_MEM;
@@ -775,11 +759,7 @@ static CUresult queue_htod(stream *s, CUdeviceptr dst, const void *src, size_t n
 
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	if (!n)
 		return fjc_leave(OK);
 	if (!src || (r = check_range("cuMemcpyHtoD_v2", dst, n)) != OK)
@@ -798,11 +778,7 @@ API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *hs)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, hs);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -832,21 +808,13 @@ static CUresult dtoh_on(fake_ctx *c, stream *s, void *dst, CUdeviceptr src, size
 
 API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	return fjc_leave(dtoh_on(c, &c->legacy, dst, src, n, "cuMemcpyDtoH_v2"));
 }
 
 API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *hs)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, hs);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -856,11 +824,7 @@ API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *hs
 
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *hs)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, hs);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -881,11 +845,7 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, vo
 
 API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *hs)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, hs);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -907,11 +867,7 @@ API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *h
 
 API CUresult cuStreamCreate(void **ph, unsigned flags)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	if (!ph || flags > 1)
 		return fjc_leave(E_INVALID_VALUE);
 	stream *s = calloc(1, sizeof *s);
@@ -927,11 +883,7 @@ API CUresult cuStreamCreate(void **ph, unsigned flags)
 
 API CUresult cuStreamDestroy_v2(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, h);
 	if (!s || s->legacy)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -957,11 +909,7 @@ API CUresult cuStreamDestroy_v2(void *h)
 
 API CUresult cuStreamSynchronize(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, h);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -971,11 +919,7 @@ API CUresult cuStreamSynchronize(void *h)
 
 API CUresult cuStreamQuery(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, h);
 	if (!s)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -996,11 +940,7 @@ static event *get_event(fake_ctx *c, void *h)
 
 API CUresult cuEventCreate(void **ph, unsigned flags)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	if (!ph || (flags & ~7u))
 		return fjc_leave(E_INVALID_VALUE);
 	event *e = calloc(1, sizeof *e);
@@ -1016,11 +956,7 @@ API CUresult cuEventCreate(void **ph, unsigned flags)
 
 API CUresult cuEventRecord(void *h, void *hs)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	event *e = get_event(c, h);
 	stream *s = get_stream(c, hs);
 	if (!e || !s)
@@ -1040,11 +976,7 @@ API CUresult cuEventRecord(void *h, void *hs)
 
 API CUresult cuEventQuery(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	event *e = get_event(c, h);
 	if (!e)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -1057,11 +989,7 @@ API CUresult cuEventQuery(void *h)
 
 API CUresult cuEventSynchronize(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	event *e = get_event(c, h);
 	if (!e)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -1072,11 +1000,7 @@ API CUresult cuEventSynchronize(void *h)
 
 API CUresult cuEventElapsedTime_v2(float *ms, void *h0, void *h1)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	event *a = get_event(c, h0), *b = get_event(c, h1);
 	if (!ms || !a || !b)
 		return fjc_leave(!ms ? E_INVALID_VALUE : E_INVALID_HANDLE);
@@ -1092,11 +1016,7 @@ API CUresult cuEventElapsedTime(float *ms, void *h0, void *h1) { return cuEventE
 
 API CUresult cuEventDestroy_v2(void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	event *e = get_event(c, h);
 	if (!e)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -1112,11 +1032,7 @@ API CUresult cuEventDestroy_v2(void *h)
 
 API CUresult cuStreamWaitEvent(void *hs, void *h, unsigned flags)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	stream *s = get_stream(c, hs);
 	event *e = get_event(c, h);
 	if (!s || !e)
@@ -1199,11 +1115,7 @@ static void read_args(const entry *f, void **params, op *o)
 API CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shared, void *hs, void **params, void **extra)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	entry *f = fjc_get_function(h);
 	if (!f || f->mod->ctx != c)
 		return fjc_leave(E_INVALID_HANDLE);

@@ -157,6 +157,14 @@ CUresult fjc_leave(CUresult r);
 void fjc_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The current context, or an error (not initialised, none current; its sticky error, *out set). */
 CUresult fjc_need_ctx(fake_ctx **out);
+/* An entry point's start: the driver's lock taken, the current context in
+ * c (r: a CUresult the entry may reuse), or the lock left with the error. */
+#define FJC_ENTER(c, r)                \
+	fake_ctx *c;                   \
+	CUresult r;                    \
+	pthread_mutex_lock(&fjc_lock); \
+	if ((r = fjc_need_ctx(&c)) != OK) \
+		return fjc_leave(r)
 /* Runs every queued operation of c. */
 void fjc_run_all(fake_ctx *c);
 void fjc_free_module(module *m);

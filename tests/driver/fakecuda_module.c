@@ -514,11 +514,7 @@ static CUresult load_module(fake_ctx *c, const char *ptx, jit_logs *jl, void **v
 
 API CUresult cuModuleLoadDataEx(void **pmod, const void *image, unsigned n, int *opts, void **vals)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	jit_logs jl;
 	if (!pmod || !image || (r = read_options(n, opts, vals, &jl)) != OK)
 		return fjc_leave(r ? r : E_INVALID_VALUE);
@@ -561,11 +557,7 @@ API CUresult cuModuleUnload(void *h)
 
 API CUresult cuModuleGetFunction(void **pf, void *h, const char *name)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	module *m = fjc_get_module(h);
 	if (!m)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -581,11 +573,7 @@ API CUresult cuModuleGetFunction(void **pf, void *h, const char *name)
 
 API CUresult cuFuncSetAttribute(void *h, int attr, int value)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	entry *f = fjc_get_function(h);
 	if (!f)
 		return fjc_leave(E_INVALID_HANDLE);
@@ -611,11 +599,7 @@ int fjc_dyn_limit(const entry *f)
 
 API CUresult cuFuncGetAttribute(int *v, int attr, void *h)
 {
-	fake_ctx *c;
-	pthread_mutex_lock(&fjc_lock);
-	CUresult r = fjc_need_ctx(&c);
-	if (r)
-		return fjc_leave(r);
+	FJC_ENTER(c, r);
 	entry *f = fjc_get_function(h);
 	if (!f || !v)
 		return fjc_leave(!v ? E_INVALID_VALUE : E_INVALID_HANDLE);

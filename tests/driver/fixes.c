@@ -32,7 +32,7 @@
 
 #include <fusejit/fusejit.h>
 
-#include "../api/expect.h"
+#include "tests/api/expect.h"
 
 static void *lib;
 
@@ -70,28 +70,12 @@ static fj_context *new_ctx(const char *libcuda)
 
 static fj_status compile(fj_context *ctx, fj_executor ex, fj_program **p)
 {
-	fj_module *m = NULL;
-	fj_status st = fj_module_parse(ctx, pw_text, strlen(pw_text), "fixes.fj", &m);
-	fj_compile_options o;
-	fj_compile_options_init(&o);
-	o.executor = ex;
-	if (st == FJ_OK)
-		st = fj_compile(ctx, m, &o, p);
-	fj_module_destroy(m);
-	return st;
+	return compile_text(ctx, pw_text, "fixes.fj", ex, 0, NULL, p);
 }
 
 enum { N = 1003 };
 
-static void tensor(fj_tensor *t, void *data, fj_device dev)
-{
-	fj_tensor_init(t);
-	t->data = data;
-	t->dtype = FJ_TYPE_F32;
-	t->rank = 1;
-	t->sizes[0] = N;
-	t->device = dev;
-}
+static void tensor(fj_tensor *t, void *data, fj_device dev) { *t = f32_tensor(data, dev, 1, N, 0); }
 
 /* The host executor's result for x, w. */
 static void host_result(const char *libcuda, const float *x, const float *w, float *out)
