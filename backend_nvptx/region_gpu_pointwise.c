@@ -16,8 +16,7 @@ static bool read_whole(const fj_graph *body, uint32_t i)
 {
 	const fj_type *t = &body->values[body->params[i]].type;
 	const fj_type *r = &body->values[body->results[0]].type;
-	return body->values[body->params[i]].kind != FJ_VK_LITERAL && t->rank == r->rank &&
-	       memcmp(t->dims, r->dims, (size_t)r->rank * sizeof(fj_dim)) == 0;
+	return body->values[body->params[i]].kind != FJ_VK_LITERAL && fj_type_same_dims(t, r);
 }
 
 int fj_gpu_vec_width(const fj_rg_analysis *a)

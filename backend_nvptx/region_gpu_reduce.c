@@ -95,8 +95,7 @@ static bool row_whole(const gk *k, const redctx *rc, uint32_t i)
 {
 	const fj_type *t = &k->body->values[k->body->params[i]].type;
 	const fj_type *d = &k->body->values[rc->dv].type;
-	return !k->in[i].literal && !k->in[i].none && t->rank == d->rank &&
-	       memcmp(t->dims, d->dims, (size_t)d->rank * sizeof(fj_dim)) == 0;
+	return !k->in[i].literal && !k->in[i].none && fj_type_same_dims(t, d);
 }
 
 /* The positions a thread reads at once from each operand of D's shape in a
