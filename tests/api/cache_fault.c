@@ -43,19 +43,11 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "tests/common/npy_rt.h"
+#include "tests/api/expect.h"
 
 static const char *const graphs[] = {"softmax_f32", "layer_norm_f32", "gelu_mlp"};
 static const char *const ptx_graphs[] = {"softmax_f32", "layer_norm_f32"};
 static const char *cases_dir;
-
-static int fails;
-#define EXPECT(c)                                                                          \
-	do {                                                                               \
-		if (!(c)) {                                                                \
-			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c);  \
-			fails++;                                                           \
-		}                                                                          \
-	} while (0)
 
 typedef struct report {
 	int fails;

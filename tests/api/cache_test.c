@@ -21,6 +21,8 @@
 
 #include <fusejit/fusejit.h>
 
+#include "expect.h"
+
 static const char text[] =
 	"graph @main(%x: f32[N,16], %w: f32[16]) {\n"
 	"  %a = aten.mul(%x, %w)\n"
@@ -29,15 +31,6 @@ static const char text[] =
 	"  %d = aten.div(%b, %c)\n"
 	"  return %d\n"
 	"}\n";
-
-static int fails;
-#define EXPECT(c)                                                                 \
-	do {                                                                      \
-		if (!(c)) {                                                       \
-			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c); \
-			fails++;                                                  \
-		}                                                                 \
-	} while (0)
 
 /* Compiles and runs the graph in a fresh context with cache dir (cap bytes);
  * checks the result; returns the stats. */
