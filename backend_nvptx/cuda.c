@@ -475,7 +475,8 @@ fj_status fj_cu_htod(fj_cu *cu, fj_cu_dptr dst, const void *src, size_t n)
 
 fj_status fj_cu_dtoh(fj_cu *cu, void *dst, fj_cu_dptr src, size_t n)
 {
-	fj_status st = n ? FJ_CU(cu, cuMemcpyDtoHAsync(dst, src, n, cu->cur)) : FJ_OK;
+	/* from pageable memory it returns once copied: an earlier kernel's fault surfaces here */
+	fj_status st = n ? FJ_CU_SYNC(cu, cuMemcpyDtoHAsync(dst, src, n, cu->cur)) : FJ_OK;
 	return st ? st : FJ_CU_SYNC(cu, cuStreamSynchronize(cu->cur));
 }
 

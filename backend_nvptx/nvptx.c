@@ -489,16 +489,20 @@ static void put_renumbered(fj_buf *out, const char *p, size_t n)
 	free(seen);
 }
 
-/* The alignment LLVM knows for parameter i of kernel `name` (0: none, or
- * not a pointer). */
-static unsigned param_align(LLVMModuleRef mod, const char *name, size_t len, unsigned i)
+/* Kernel `name` (len bytes) of mod, or NULL. */
+static LLVMValueRef kernel_named(LLVMModuleRef mod, const char *name, size_t len)
 {
 	char fname[256];
 	if (len >= sizeof fname)
-		return 0;
+		return NULL;
 	memcpy(fname, name, len);
 	fname[len] = 0;
-	LLVMValueRef f = LLVMGetNamedFunction(mod, fname);
+	return LLVMGetNamedFunction(mod, fname);
+}
+
+/* The alignment LLVM knows for parameter i of f (0: none, or not a pointer). */
+static unsigned param_align(LLVMValueRef f, unsigned i)
+{
 	if (!f || i >= LLVMCountParams(f) || LLVMGetTypeKind(LLVMTypeOf(LLVMGetParam(f, i))) != LLVMPointerTypeKind)
 		return 0;
 	unsigned kind = LLVMGetEnumAttributeKindForName("align", 5);
@@ -516,6 +520,7 @@ static void put_param_attrs(fj_buf *out, LLVMModuleRef mod, const char *p, size_
 	static const char entry[] = ".entry ", param[] = "\t.param .u64 ";
 	const char *name = NULL;
 	size_t namelen = 0, i = 0;
+	LLVMValueRef f = NULL; /* the entry whose parameter list this is */
 	while (i < n) {
 		const char *nl = memchr(p + i, '\n', n - i);
 		size_t e = nl ? (size_t)(nl - p) + 1 : n, len = e - i;
@@ -523,12 +528,13 @@ static void put_param_attrs(fj_buf *out, LLVMModuleRef mod, const char *p, size_
 		if (ent) {
 			name = ent + sizeof entry - 1;
 			namelen = strcspn(name, "(\n");
+			f = kernel_named(mod, name, namelen);
 		}
 		const char *u = len > sizeof param && memcmp(q, param, sizeof param - 1) == 0 ? q + sizeof param - 1 : NULL;
 		const char *pi = u && name ? memmem(u, len - (size_t)(u - q), "_param_", 7) : NULL;
 		unsigned al = 0;
 		if (pi && (size_t)(pi - u) == namelen && memcmp(u, name, namelen) == 0)
-			al = param_align(mod, name, namelen, (unsigned)strtoul(pi + 7, NULL, 10));
+			al = param_align(f, (unsigned)strtoul(pi + 7, NULL, 10));
 		if (al) {
 			fj_buf_putn(out, q, sizeof param - 1);
 			fj_buf_printf(out, ".ptr .global .align %u ", al);
@@ -536,8 +542,10 @@ static void put_param_attrs(fj_buf *out, LLVMModuleRef mod, const char *p, size_
 		} else {
 			fj_buf_putn(out, q, len);
 		}
-		if (len && q[0] == ')')
+		if (len && q[0] == ')') {
 			name = NULL;
+			f = NULL;
+		}
 		i = e;
 	}
 }
