@@ -445,3 +445,11 @@ RULES = {
     "_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_cpu,
     "_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_cpu_backward,
 }
+
+
+# The rule sets of the other decomp_* modules (they import the helpers above).
+from . import decomp_index as _decomp_index  # noqa: E402
+from . import decomp_math as _decomp_math  # noqa: E402
+for _rules in (_decomp_math.RULES, _decomp_index.RULES):
+    assert not set(_rules) & set(RULES), "an op with two rules"
+    RULES.update(_rules)
