@@ -273,6 +273,9 @@ class Converter:
                 return "its result is not a tensor (%s)" % type(x).__name__
             if x.dtype not in DTYPES:
                 return "dtype %s (fusejit has %s)" % (str(x.dtype).replace("torch.", ""), ", ".join(DTYPES.values()))
+            d = getattr(x, "device", None)
+            if d is not None and device is not None and d.type != device:
+                return "its result is on %s (this executor runs on %s)" % (d, device)
             try:
                 for d in x.shape:
                     dim_text(d)

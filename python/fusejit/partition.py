@@ -22,11 +22,12 @@ import operator
 import torch
 
 # ATen ops that only describe another tensor's data (a region made of them
-# alone gains nothing from a kernel).
+# alone gains nothing from a kernel). Copies and conversions (clone, _to_copy,
+# lift_fresh_copy) move data: they are work fusejit does, even alone.
 VIEW_OPS = {
     "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute", "t", "transpose", "squeeze",
-    "unsqueeze", "alias", "detach", "slice", "select", "as_strided", "lift_fresh_copy", "clone", "split",
-    "split_with_sizes", "unbind", "chunk", "view_as", "expand_as", "flatten", "unflatten", "narrow", "_to_copy",
+    "unsqueeze", "alias", "detach", "slice", "select", "as_strided", "split",
+    "split_with_sizes", "unbind", "chunk", "view_as", "expand_as", "flatten", "unflatten", "narrow",
 }
 
 

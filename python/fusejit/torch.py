@@ -292,7 +292,7 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     in_region = {n for r in regions for n in r}
     for n in gm.graph.nodes:
         if reported(n) and n not in in_region:
-            why = reasons.get(n, "a region of views and copies only (a kernel would gain nothing)")
+            why = reasons.get(n, "a region of views only (a kernel would gain nothing)")
             rep.fallback.append((n.name, _part.op_name(n), why))
     _record(rep)
     out = [n for n in new.graph.nodes if n.op == "output"][0].args[0]
