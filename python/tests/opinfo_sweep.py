@@ -82,7 +82,19 @@ def _import_op_db():
         sys.modules["expecttest"] = m
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
+    # Many ops' OpInfo call goes through torch.testing's wrapper_set_seed, a frame
+    # dynamo does not trace: the op would run eagerly and never reach the backend.
+    # The same wrapper, defined here, lets dynamo see the call.
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("torch.testing._internal") and hasattr(mod, "wrapper_set_seed"):
+            mod.wrapper_set_seed = _wrapper_set_seed
     return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+
+
+def _wrapper_set_seed(op, *args, **kwargs):
+    import torch
+    torch.manual_seed(42)
+    return op(*args, **kwargs)
 
 
 class Timeout(Exception):
