@@ -50,6 +50,19 @@ class ValueInfo(ctypes.Structure):
     ]
 
 
+class RunOptions(ctypes.Structure):
+    """fj_run_options (initialise with fj_run_options_init)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dim_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("dim_values", c_int64_p),
+        ("ndims", ctypes.c_size_t),
+        ("origins", ctypes.POINTER(ctypes.c_char_p)),
+        ("stream", ctypes.c_void_p),
+        ("saved_on_device", ctypes.c_int),
+    ]
+
+
 class CacheStats(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "kernels_compiled", "kernels_loaded", "memory_hits", "disk_hits", "disk_misses",
@@ -122,6 +135,8 @@ def _declare(lib):
         "fj_program_count": (sz, [vp, i32]),
         "fj_program_info": (i32, [vp, i32, sz, ctypes.POINTER(ValueInfo)]),
         "fj_program_run": (i32, [vp, T, sz, T, sz]),
+        "fj_run_options_init": (None, [ctypes.POINTER(RunOptions)]),
+        "fj_program_run_with": (i32, [vp, ctypes.POINTER(RunOptions), T, sz, T, sz]),
         "fj_program_forward": (i32, [vp, T, sz, T, sz, pp]),
         "fj_program_backward": (i32, [vp, vp, T, sz, T, sz]),
         "fj_saved_count": (sz, [vp]),

@@ -70,6 +70,9 @@ def _desc(t, d, keep):
     d.flags = 0
 
 
+_CU_STREAM_LEGACY = 1  # the CUDA driver's handle of the legacy default stream (torch's stream 0)
+
+
 class TensorCall:
     """Runs a compiled fusejit program on torch tensors in place: the inputs'
     memory is read where it is, the outputs are allocated by torch (out_types:
@@ -96,6 +99,13 @@ class TensorCall:
         _desc(t, arr[i], keep)
         slots[i] = (key, t.numel() > 0, keep)
 
+    def _run_options(self):
+        opts = getattr(self._tls, "opts", None)
+        if opts is None:
+            opts = self._tls.opts = _lib.RunOptions()
+            self._lib.fj_run_options_init(ctypes.byref(opts))
+        return opts
+
     def _descs(self, name, n):
         tls = self._tls
         arr = getattr(tls, name, None)
@@ -119,7 +129,12 @@ class TensorCall:
         od, oslots = self._descs("outs", m)
         for i, o in enumerate(outs):
             self._fill(od, oslots, i, o)
-        st = self._lib.fj_program_run(self.prog._ptr, ins, n, od, m)
+        if self.device.type == "cuda":  # queued on the caller's current stream, without blocking
+            opts = self._run_options()
+            opts.stream = torch.cuda.current_stream(self.device).cuda_stream or _CU_STREAM_LEGACY
+            st = self._lib.fj_program_run_with(self.prog._ptr, ctypes.byref(opts), ins, n, od, m)
+        else:
+            st = self._lib.fj_program_run(self.prog._ptr, ins, n, od, m)
         for i in range(m):
             if od[i].flags & 1:  # FJ_TENSOR_OWNED: an empty output fusejit allocated itself
                 self._lib.fj_tensor_release(ctypes.byref(od[i]))

@@ -569,6 +569,44 @@ def parent_main(args):
                   % (counts.get("mismatch", 0), counts.get("backend_error", 0), ran, args.gate), file=sys.stderr)
             sys.exit(1)
         print("opinfo_sweep: gate passed: %d ops run, 0 mismatches, 0 backend errors" % ran)
+    if args.left:
+        check_left(args.left, rows)
+
+
+def read_left(path):
+    """The committed list of what fusejit leaves to PyTorch (python/tests/opinfo_left.tsv):
+    `aten.op<TAB>reason` for an ATen op, `*text<TAB>reason` for every fallback whose reason
+    contains text. '#' starts a comment."""
+    ops, texts = {}, {}
+    with open(path) as f:
+        for k, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].rstrip()
+            if not line:
+                continue
+            key, tab, why = line.partition("\t")
+            if not tab or not why.strip():
+                sys.exit("%s:%d: error: want KEY<TAB>reason" % (path, k))
+            (texts if key.startswith("*") else ops)[key.lstrip("*")] = why.strip()
+    return ops, texts
+
+
+def check_left(path, rows):
+    """Exit 1 when an ATen op went to PyTorch for a reason the committed list does
+    not give: the floor (every op that maps onto fusejit's op set runs in fusejit)
+    holds only if each op left to PyTorch is listed with its reason."""
+    ops, texts = read_left(path)
+    unlisted = collections.Counter()
+    for r in rows:
+        for aten, why in r.get("fallback", []):
+            base = ".".join(aten.split(".")[:2])
+            if base not in ops and not any(t in why for t in texts):
+                unlisted["%s (%s)" % (base, why)] += 1
+    if unlisted:
+        print("opinfo_sweep: %d ATen ops left to PyTorch are not in %s:" % (len(unlisted), path), file=sys.stderr)
+        for k, v in sorted(unlisted.items()):
+            print("  %s  [%d nodes]" % (k, v), file=sys.stderr)
+        sys.exit(1)
+    print("opinfo_sweep: every op left to PyTorch is listed in %s" % path)
 
 
 def op_class(rows):
@@ -701,6 +739,8 @@ def main():
     p.add_argument("--report-from", default=None, help="re-render the report of an earlier run's JSON")
     p.add_argument("--gate", type=int, default=0, metavar="N",
                    help="exit 1 on any mismatch or backend error, or when fewer than N ops ran (CI)")
+    p.add_argument("--left", default=None, metavar="FILE",
+                   help="exit 1 when an op goes to PyTorch for a reason FILE does not list (the floor)")
     args = p.parse_args()
     if args.report_from:
         with open(args.report_from) as f:

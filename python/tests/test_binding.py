@@ -131,3 +131,15 @@ def test_threads_option():
         np.testing.assert_allclose(y, np.tanh(1.0) * np.ones((64, 4)), rtol=1e-6)
     with pytest.raises(fusejit.FusejitError, match="threads"):
         ctx.compile(TEXT, executor="host", threads=-1)
+
+
+def test_structs_match_the_header():
+    """The binding's ctypes structs have the C layout: the library's _init
+    functions set struct_size to the C sizeof."""
+    import ctypes
+    from fusejit import _lib
+    L = fusejit.lib()
+    for cls, init in ((_lib.RunOptions, L.fj_run_options_init), (_lib.CompileOptions, L.fj_compile_options_init)):
+        o = cls()
+        init(ctypes.byref(o))
+        assert o.struct_size == ctypes.sizeof(cls), cls.__name__
