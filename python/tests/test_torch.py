@@ -366,3 +366,15 @@ def test_bad_inputs_fall_back_with_their_reason():
         except (NotImplementedError, RuntimeError):
             return  # no eager kernel to compare with on this PyTorch
         assert torch.equal(torch.compile(h, backend="fusejit_host")(u), want)
+
+
+def test_angle_ldexp_cross_renorm():
+    check(lambda a: torch.angle(a) + a, rnd(4, 3))
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, -2.0])
+    torch.testing.assert_close(through_fusejit(lambda a: torch.angle(a) * 1.0)(x), torch.angle(x), equal_nan=True)
+    i = torch.randint(-3, 4, (4, 3))
+    torch.testing.assert_close(through_fusejit(lambda a: torch.angle(a) + 1)(i), torch.angle(i) + 1)
+    check(lambda a, e: torch.ldexp(a, e), rnd(4, 3), torch.randint(-3, 4, (4, 3)))
+    check(lambda a, b: torch.linalg.cross(a, b, dim=1), rnd(2, 3, 4), rnd(1, 3, 4))
+    check(lambda a: torch.renorm(a, 2, 0, 1.5) * 2.0, rnd(5, 4))
+    check(lambda a: torch.renorm(a, 1.5, 1, 0.5), rnd(3, 4, 2))
