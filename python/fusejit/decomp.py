@@ -7,6 +7,7 @@ their ATen schema names, sets conv.names[node] (a name, or a list for a
 multi-output op) and returns the lines. A rule raises UnsupportedOp (with the
 reason) for a case it does not cover; the node then stays in PyTorch."""
 import math
+import operator
 
 import torch
 
@@ -145,42 +146,145 @@ def fmt_number(v):
     return f(float(v))
 
 
-def _attention_scores(conv, e, b, q, k, L, S, E, scale):
-    """scores = Q K^T * scale, masked (attn_mask: bool keeps / float adds;
-    is_causal: top-left aligned lower triangle), in f32 or f64."""
-    kt = e.op("aten.transpose", [k], {"dim0": -2, "dim1": -1})
-    s = e.op("aten.matmul", [q, kt])
-    s = e.op("aten.mul", [s, fmt_number(scale)])
-    mask = b.get("attn_mask")
-    if mask is not None:
-        mt = _shape(conv, mask)[0]
-        m = conv.operand(mask, "attention")
-        s = e.op("aten.where", [m, s, "-inf"]) if mt == torch.bool else e.op("aten.add", [s, m])
-    if b.get("is_causal"):
-        rows = e.op("aten.arange", [], {"end": L, "dtype": torch.int64})
-        cols = e.op("aten.arange", [], {"end": S, "dtype": torch.int64})
-        r2 = e.op("aten.unsqueeze", [rows], {"dim": 1})
-        keep = e.op("aten.le", [cols, r2])
-        s = e.op("aten.where", [keep, s, "-inf"])
-    return s
+# ---- scaled dot product attention: one builder, a thin adapter per ATen form ----
+#
+# Every form computes the math form in fusejit's op set: S = Q K^T * scale, masked
+# (a bool mask keeps, a float mask or bias adds; is_causal a lower triangle),
+# P = exp(S - logsumexp(S)), out = P V, with dropout on P drawn by fusejit's Philox
+# (aten.native_dropout(P, seed, offset)); the backward recomputes P from the saved
+# logsumexp and redraws the same mask from the same seed and offset. f16/bf16
+# inputs are computed in f32 (softmax and logsumexp included) and the results
+# rounded to the input dtype, as PyTorch's kernels do; the logsumexp stays f32.
+
+_HALF = (torch.float16, torch.bfloat16)
+_FLOATS = (torch.float32, torch.float64) + _HALF
 
 
-def _qkv(conv, b, what):
+def _unsupported(*why):
     from .fx import UnsupportedOp
-    if b.get("dropout_p", 0.0):
-        raise UnsupportedOp(["%s with dropout_p > 0" % what])
-    qt, qs = _shape(conv, b["query"])
-    kt_, ks = _shape(conv, b["key"])
-    if qt not in (torch.float32, torch.float64) or len(qs) != 4 or len(ks) != 4:
-        raise UnsupportedOp(["%s of %s rank-%d tensors (fusejit: f32/f64, rank 4)" % (what, qt, len(qs))])
-    B, H, L, E = qs
-    Hk, S = ks[1], ks[2]
-    if H % Hk:
-        raise UnsupportedOp(["%s with %d query heads over %d key heads" % (what, H, Hk)])
-    scale = b.get("scale")
-    if scale is None:
-        scale = 1.0 / math.sqrt(E)
-    return qs, Hk, S, scale
+    return UnsupportedOp(list(why))
+
+
+class _Attention:
+    """One attention call: its sizes, q, k and v in the compute dtype (k and v with
+    each key head repeated for its G query heads: GQA) and the masked, scaled scores.
+    causal: "top_left" (PyTorch's is_causal) or "bottom_right" (the CUDA flash
+    kernel's alignment when L != S)."""
+
+    def __init__(self, conv, n, b, what, mask=None, causal="top_left"):
+        self.conv, self.what = conv, what
+        qt, qs = _shape(conv, b["query"])
+        _, ks = _shape(conv, b["key"])
+        _, vs = _shape(conv, b["value"])
+        if qt not in _FLOATS or len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
+            raise _unsupported("%s of %s rank-%d tensors (fusejit: f32/f64/f16/bf16, rank 4)" % (what, qt, len(qs)))
+        self.dtype = qt
+        self.ct = torch.float32 if qt in _HALF else qt
+        (B, H, L, E), Hk, S, Ev = qs, ks[1], ks[2], vs[3]
+        if not isinstance(H, int) or not isinstance(Hk, int) or H % Hk:
+            raise _unsupported("%s with %s query heads over %s key heads" % (what, H, Hk))
+        self.B, self.H, self.L, self.S, self.E, self.Ev, self.Hk, self.G = B, H, L, S, E, Ev, Hk, H // Hk
+        scale = b.get("scale")
+        self.scale = 1.0 / math.sqrt(E) if scale is None else scale
+        self.e = e = _Emit(conv, n)
+        self.q = self.cvt(conv.operand(b["query"], what))
+        self.k = _expand_heads(e, self.cvt(conv.operand(b["key"], what)), B, Hk, self.G, S, E)
+        self.v = _expand_heads(e, self.cvt(conv.operand(b["value"], what)), B, Hk, self.G, S, Ev)
+        s = e.op("aten.mul", [e.op("aten.matmul", [self.q, self.t(self.k)]), fmt_number(self.scale)])
+        if mask is not None:
+            mt, ms = _shape(conv, mask)
+            m = conv.operand(mask, what)
+            s = e.op("aten.where", [m, s, "-inf"]) if mt == torch.bool else e.op("aten.add", [s, self.cvt(m, mt)])
+        if b.get("is_causal"):
+            start = 0
+            if causal == "bottom_right" and L != S:
+                if not isinstance(L, int) or not isinstance(S, int) or L > S:
+                    raise _unsupported("%s: a causal mask aligned bottom-right with more queries than keys" % what)
+                start = S - L
+            rows = e.op("aten.arange", [], {"start": start, "end": start + L, "dtype": torch.int64})
+            cols = e.op("aten.arange", [], {"end": S, "dtype": torch.int64})
+            keep = e.op("aten.le", [cols, e.op("aten.unsqueeze", [rows], {"dim": 1})])
+            s = e.op("aten.where", [keep, s, "-inf"])
+        self.s = s
+
+    def t(self, x):
+        return self.e.op("aten.transpose", [x], {"dim0": -2, "dim1": -1})
+
+    def cvt(self, x, dt=None):
+        """x (of dtype dt, the inputs' by default) in the compute dtype."""
+        if (dt or self.dtype) == self.ct:
+            return x
+        return self.e.op("aten._to_copy", [x], {"dtype": self.ct})
+
+    def result(self, x, name, dt=None):
+        """x rounded to dt (the inputs' dtype by default) as the named result."""
+        if (dt or self.dtype) == self.ct:
+            return self.e.op("aten.clone", [x], out=name)
+        return self.e.op("aten._to_copy", [x], {"dtype": dt or self.dtype}, out=name)
+
+    def dropout(self, x, p, seed, off):
+        """x * mask / (1 - p): the mask Philox draws for (seed, offset, x's shape)."""
+        y, m = self.e.tmp(), self.e.tmp()
+        self.e.op("aten.native_dropout", [x, seed, off], {"p": float(p), "train": True}, out="%s, %s" % (y, m))
+        return y
+
+    def forward(self, p=0.0, seed=None, off=None, safe=False, dropout_mask=None):
+        """(out, logsumexp over the keys, the attention weights) in the compute dtype.
+        safe: a row with every key masked gives zeros (PyTorch's _safe_softmax)."""
+        e = self.e
+        lse = e.op("aten.logsumexp", [self.s], {"dims": [-1]})
+        w = e.op("aten.exp", [e.op("aten.sub", [self.s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
+        if safe:
+            dead = e.op("aten.eq", [e.op("aten.unsqueeze", [lse], {"dim": -1}), "-inf"])
+            w = e.op("aten.where", [dead, "0", w])
+        if p > 0 and dropout_mask is not None:
+            w = e.op("aten.where", [dropout_mask, w, "0"])
+            return e.op("aten.mul", [e.op("aten.matmul", [w, self.v]), fmt_number(1.0 / (1.0 - p))]), lse, w
+        if p > 0:
+            w = self.dropout(w, p, seed, off)
+        return e.op("aten.matmul", [w, self.v]), lse, w
+
+    def backward(self, go, lse, p=0.0, seed=None, off=None):
+        """(dq, dk, dv, dS) in the compute dtype, dk and dv summed over each key head's
+        query heads; dS is the gradient of the masked scores (an additive bias's)."""
+        e = self.e
+        go = self.cvt(self.conv.operand(go, self.what))
+        w = e.op("aten.exp", [e.op("aten.sub", [self.s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
+        wd = self.dropout(w, p, seed, off) if p > 0 else w
+        dv = e.op("aten.matmul", [self.t(wd), go])
+        dw = e.op("aten.matmul", [go, self.t(self.v)])
+        if p > 0:
+            dw = self.dropout(dw, p, seed, off)
+        dd = e.op("aten.sum", [e.op("aten.mul", [dw, w])], {"dims": [-1], "keepdim": True})
+        ds = e.op("aten.mul", [w, e.op("aten.sub", [dw, dd])])
+        dss = e.op("aten.mul", [ds, fmt_number(self.scale)])
+        dq = e.op("aten.matmul", [dss, self.k])
+        dk = e.op("aten.matmul", [self.t(dss), self.q])
+        return dq, _sum_heads(e, dk, self.B, self.Hk, self.G, self.S, self.E), \
+            _sum_heads(e, dv, self.B, self.Hk, self.G, self.S, self.Ev), ds
+
+    def lse_in(self, lse, L):
+        """A saved logsumexp operand ([B,H,L], or padded / with a trailing 1) as [B,H,L]
+        in the compute dtype."""
+        dt, shape = _shape(self.conv, lse)
+        x = self.conv.operand(lse, self.what)
+        if len(shape) == 4:
+            x = self.e.op("aten.squeeze", [x], {"dims": [3]})
+        if shape[2] != L:
+            x = self.e.op("aten.slice", [x], {"dim": 2, "start": 0, "end": L})
+        return self.cvt(x, dt)
+
+    def reduce_to(self, x, node, name):
+        """x ([B,H,L,S]) summed to the shape of the broadcast operand `node`, in its dtype."""
+        dt, shape = _shape(self.conv, node)
+        full = [self.B, self.H, self.L, self.S]
+        lead = len(full) - len(shape)
+        dims = [d for d in range(len(full)) if d < lead or (shape[d - lead] == 1 and full[d] != 1)]
+        if dims:
+            x = self.e.op("aten.sum", [x], {"dims": dims, "keepdim": True})
+            if lead:
+                x = self.e.op("aten.reshape", [x], {"shape": list(shape)})
+        return self.result(x, name, dt)
 
 
 def _expand_heads(e, x, B, Hk, G, S, E):
@@ -192,60 +296,380 @@ def _expand_heads(e, x, B, Hk, G, S, E):
     return e.op("aten.reshape", [x], {"shape": [B, Hk * G, S, E]})
 
 
-def _sum_heads(e, x, B, Hk, G, S, E, out):
+def _sum_heads(e, x, B, Hk, G, S, E):
     if G == 1:
-        return e.op("aten.clone", [x], out=out)
-    x = e.op("aten.reshape", [x], {"shape": [B, Hk, G, S, E]})
-    return e.op("aten.sum", [x], {"dims": [2]}, out=out)
+        return x
+    return e.op("aten.sum", [e.op("aten.reshape", [x], {"shape": [B, Hk, G, S, E]})], {"dims": [2]})
 
 
-class _Attention:
-    """One attention call's operands and sizes: q, k and v (k and v with each
-    key head repeated for its G query heads), and the masked, scaled scores."""
+def _out(n, k):
+    return "%%%s.%d" % (n.name, k)
 
-    def __init__(self, conv, n, b, what):
-        (self.B, H, self.L, self.E), self.Hk, self.S, self.scale = _qkv(conv, b, what)
-        self.G = H // self.Hk
-        self.e = e = _Emit(conv, n)
-        dims = (self.B, self.Hk, self.G, self.S, self.E)
-        self.q = conv.operand(b["query"], what)
-        self.k = _expand_heads(e, conv.operand(b["key"], what), *dims)
-        self.v = _expand_heads(e, conv.operand(b["value"], what), *dims)
-        self.s = _attention_scores(conv, e, b, self.q, self.k, self.L, self.S, self.E, self.scale)
+
+def _seed(a, b, what):
+    """The seed and offset operands of a forward with dropout_p > 0: the i64 seed
+    PyTorch's generator drew for this call (seed_attention), offset 0."""
+    p = float(b.get("dropout_p") or 0.0)
+    if p == 0:
+        return 0.0, None, None
+    if b.get("fusejit_seed") is None:
+        raise _unsupported("%s with dropout_p > 0 and no seed from the bridge" % what)
+    off = a.e.op("aten.full", [], {"shape": [], "value": 0, "dtype": torch.int64})
+    return p, a.conv.operand(b["fusejit_seed"], what), off
+
+
+def _seed_results(a, n, seed, off, ks, pair=False):
+    """The forward's philox seed and offset results (at result indices ks): the seed
+    and offset it used, zeros without dropout; pair: one i64[2] [seed, offset]
+    (the flash form's rng_state) and an i64[] offset."""
+    e = a.e
+    zero = e.op("aten.full", [], {"shape": [], "value": 0, "dtype": torch.int64})
+    seed, off = seed or zero, off or zero
+    if pair:
+        st = e.op("aten.cat", [e.op("aten.unsqueeze", [x], {"dim": 0}) for x in (seed, off)], {"dim": 0},
+                  out=_out(n, ks[0]))
+        return st, e.op("aten.clone", [off], out=_out(n, ks[1]))
+    return e.op("aten.clone", [seed], out=_out(n, ks[0])), e.op("aten.clone", [off], out=_out(n, ks[1]))
+
+
+def _seed_operands(a, b, what, pair=False):
+    """The seed and offset a backward redraws its forward's dropout mask from (the
+    forward's philox results); the bridge says whether fusejit drew that mask."""
+    p = float(b.get("dropout_p") or 0.0)
+    if p == 0:
+        return 0.0, None, None
+    if b.get("fusejit_seeded") not in ("fusejit", "graph"):
+        raise _unsupported("%s with dropout_p > 0 whose forward ran in PyTorch (its mask is PyTorch's)" % what)
+    seed = a.conv.operand(b["philox_seed"], what)
+    if pair:
+        e = a.e
+        one = [e.op("aten.squeeze", [e.op("aten.slice", [seed], {"dim": 0, "start": k, "end": k + 1})], {"dims": [0]})
+               for k in (0, 1)]
+        return p, one[0], one[1]
+    return p, seed, a.conv.operand(b["philox_offset"], what)
 
 
 def sdpa_flash_cpu(conv, n, b):
-    a = _Attention(conv, n, b, "attention")
-    e, s, v = a.e, a.s, a.v
-    lse = e.op("aten.logsumexp", [s], {"dims": [-1]}, out="%%%s.1" % n.name)
-    l4 = e.op("aten.unsqueeze", [lse], {"dim": -1})
-    p = e.op("aten.exp", [e.op("aten.sub", [s, l4])])
-    out = e.op("aten.matmul", [p, v], out="%%%s.0" % n.name)
-    conv.names[n] = [out, lse]
-    return e.lines
+    if b.get("dropout_p"):
+        raise _unsupported("_scaled_dot_product_flash_attention_for_cpu with dropout_p > 0 (its backward "
+                           "has no seed to redraw the mask from)")
+    a = _Attention(conv, n, b, "attention", b.get("attn_mask"))
+    out, lse, _ = a.forward()
+    conv.names[n] = [a.result(out, _out(n, 0)), a.result(lse, _out(n, 1), a.ct)]
+    return a.e.lines
 
 
 def sdpa_flash_cpu_backward(conv, n, b):
-    a = _Attention(conv, n, b, "attention backward")
-    e, s, q, k, v, scale = a.e, a.s, a.q, a.k, a.v, a.scale
-    B, Hk, G, S, E = a.B, a.Hk, a.G, a.S, a.E
-    go = conv.operand(b["grad_out"], "attention")
-    o = conv.operand(b["out"], "attention")
-    lse = conv.operand(b["logsumexp"], "attention")
-    p = e.op("aten.exp", [e.op("aten.sub", [s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
-    pt = e.op("aten.transpose", [p], {"dim0": -2, "dim1": -1})
-    dv = e.op("aten.matmul", [pt, go])
-    vt = e.op("aten.transpose", [v], {"dim0": -2, "dim1": -1})
-    dp = e.op("aten.matmul", [go, vt])
-    dd = e.op("aten.sum", [e.op("aten.mul", [go, o])], {"dims": [-1], "keepdim": True})
-    ds = e.op("aten.mul", [p, e.op("aten.sub", [dp, dd])])
-    ds = e.op("aten.mul", [ds, fmt_number(scale)])
-    dq = e.op("aten.matmul", [ds, k], out="%%%s.0" % n.name)
-    dst = e.op("aten.transpose", [ds], {"dim0": -2, "dim1": -1})
-    dk = _sum_heads(e, e.op("aten.matmul", [dst, q]), B, Hk, G, S, E, "%%%s.1" % n.name)
-    dv = _sum_heads(e, dv, B, Hk, G, S, E, "%%%s.2" % n.name)
-    conv.names[n] = [dq, dk, dv]
+    if b.get("dropout_p"):
+        raise _unsupported("_scaled_dot_product_flash_attention_for_cpu_backward with dropout_p > 0")
+    a = _Attention(conv, n, b, "attention backward", b.get("attn_mask"))
+    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L))
+    conv.names[n] = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
+    return a.e.lines
+
+
+def sdpa_flash(conv, n, b):
+    """_scaled_dot_product_flash_attention (CUDA): (out, lse f32 [B,H,L], cum_seq_q,
+    cum_seq_k, max_q, max_k, rng_state, unused, debug_attn_mask)."""
+    what = "_scaled_dot_product_flash_attention"
+    if b.get("return_debug_mask"):
+        raise _unsupported("%s with return_debug_mask (PyTorch's kernel's own mask layout)" % what)
+    a = _Attention(conv, n, b, what, causal="bottom_right")
+    p, seed, off = _seed(a, b, what)
+    out, lse, _ = a.forward(p, seed, off)
+    st, un = _seed_results(a, n, seed, off, (6, 7), pair=True)
+    dbg = a.e.op("aten.full", [], {"shape": [0], "value": 0, "dtype": a.dtype}, out=_out(n, 8))
+    conv.names[n] = [a.result(out, _out(n, 0)), a.result(lse, _out(n, 1), torch.float32),
+                     None, None, None, None, st, un, dbg]
+    return a.e.lines
+
+
+def sdpa_flash_backward(conv, n, b):
+    what = "_scaled_dot_product_flash_attention_backward"
+    a = _Attention(conv, n, b, what, causal="bottom_right")
+    p, seed, off = _seed_operands(a, b, what, pair=True)
+    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+    conv.names[n] = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
+    return a.e.lines
+
+
+def sdpa_efficient(conv, n, b):
+    """_scaled_dot_product_efficient_attention: (out, log_sumexp f32 [B,H,ceil(L/32)*32]
+    padded with +inf, or [B,H,0] without compute_log_sumexp, philox_seed, philox_offset)."""
+    what = "_scaled_dot_product_efficient_attention"
+    a = _Attention(conv, n, b, what, b.get("attn_bias"))
+    p, seed, off = _seed(a, b, what)
+    out, lse, _ = a.forward(p, seed, off)
+    e, L = a.e, a.L
+    if not isinstance(L, int):
+        raise _unsupported("%s with a symbolic query length (its logsumexp is padded to 32)" % what)
+    pad = -(-L // 32) * 32 if b.get("compute_log_sumexp") else 0
+    lse = e.op("aten._to_copy", [lse], {"dtype": torch.float32}) if a.ct != torch.float32 else lse
+    if pad == 0:
+        lse = e.op("aten.full", [], {"shape": [a.B, a.H, 0], "value": 0, "dtype": torch.float32}, out=_out(n, 1))
+    elif pad > L:
+        inf = e.op("aten.full", [], {"shape": [a.B, a.H, pad - L], "value": float("inf"), "dtype": torch.float32})
+        lse = e.op("aten.cat", [lse, inf], {"dim": 2}, out=_out(n, 1))
+    else:
+        lse = e.op("aten.clone", [lse], out=_out(n, 1))
+    conv.names[n] = [a.result(out, _out(n, 0)), lse] + list(_seed_results(a, n, seed, off, (2, 3)))
     return e.lines
+
+
+def sdpa_efficient_backward(conv, n, b):
+    """-> (dq, dk, dv, d attn_bias where attn_bias is given and grad_input_mask[3])."""
+    what = "_scaled_dot_product_efficient_attention_backward"
+    b = dict(b, grad_out=b["grad_out_"])
+    a = _Attention(conv, n, b, what, b.get("attn_bias"))
+    p, seed, off = _seed_operands(a, b, what)
+    dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+    r = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
+    mask = list(b.get("grad_input_mask") or [True] * 4)
+    r.append(a.reduce_to(ds, b["attn_bias"], _out(n, 3)) if b.get("attn_bias") is not None and mask[3] else None)
+    conv.names[n] = r
+    return a.e.lines
+
+
+def _sdpa_cudnn_like(what, lse4):
+    """The cudnn and overrideable forms: (out, logsumexp f32 [B,H,L] ([B,H,L,1] for
+    cudnn), cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug)."""
+    def rule(conv, n, b):
+        a = _Attention(conv, n, b, what, b.get("attn_bias"))
+        p, seed, off = _seed(a, b, what)
+        out, lse, _ = a.forward(p, seed, off)
+        if lse4:
+            lse = a.e.op("aten.unsqueeze", [lse], {"dim": -1})
+        conv.names[n] = [a.result(out, _out(n, 0)), a.result(lse, _out(n, 1), torch.float32), None, None, None,
+                         None] + list(_seed_results(a, n, seed, off, (6, 7))) + [None]
+        return a.e.lines
+    return rule
+
+
+def _sdpa_cudnn_like_backward(what, bias_grad):
+    """-> (dq, dk, dv) for cudnn; (dq, dk, dv, d attn_bias or None) for overrideable."""
+    def rule(conv, n, b):
+        a = _Attention(conv, n, b, what, b.get("attn_bias"))
+        p, seed, off = _seed_operands(a, b, what)
+        dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+        r = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
+        if bias_grad:
+            r.append(a.reduce_to(ds, b["attn_bias"], _out(n, 3)) if b.get("attn_bias") is not None else None)
+        conv.names[n] = r
+        return a.e.lines
+    return rule
+
+
+def sdpa_math(conv, n, b):
+    """_scaled_dot_product_attention_math: (out, attention weights), both in the
+    inputs' dtype; a fully masked row gives zeros (_safe_softmax); dropout from
+    dropout_mask where given, else drawn by fusejit's Philox."""
+    what = "_scaled_dot_product_attention_math"
+    if not b.get("enable_gqa"):
+        (_, qs), (_, ks) = _shape(conv, b["query"]), _shape(conv, b["key"])
+        if len(qs) == 4 and len(ks) == 4 and qs[1] != ks[1]:
+            raise _unsupported("%s with %s query heads over %s key heads and enable_gqa off" % (what, qs[1], ks[1]))
+    if b.get("is_causal") and b.get("attn_mask") is not None:
+        raise _unsupported("%s with both is_causal and attn_mask" % what)
+    a = _Attention(conv, n, b, what, b.get("attn_mask"))
+    dm = b.get("dropout_mask")
+    p = float(b.get("dropout_p") or 0.0)
+    if p > 0 and dm is not None:
+        dm = conv.operand(dm, what)
+        seed = off = None
+    else:
+        p, seed, off = _seed(a, b, what)
+        dm = None
+    out, _, w = a.forward(p, seed, off, safe=True, dropout_mask=dm)
+    conv.names[n] = [a.result(out, _out(n, 0)), a.result(w, _out(n, 1))]
+    return a.e.lines
+
+
+_A = torch.ops.aten
+# form: (forward op name, its rule, backward op name, its rule, index of the forward's philox_seed result)
+ATTENTION_FORMS = {
+    "flash": ("_scaled_dot_product_flash_attention", sdpa_flash,
+              "_scaled_dot_product_flash_attention_backward", sdpa_flash_backward, 6),
+    "efficient": ("_scaled_dot_product_efficient_attention", sdpa_efficient,
+                  "_scaled_dot_product_efficient_attention_backward", sdpa_efficient_backward, 2),
+    "cudnn": ("_scaled_dot_product_cudnn_attention", _sdpa_cudnn_like("_scaled_dot_product_cudnn_attention", True),
+              "_scaled_dot_product_cudnn_attention_backward",
+              _sdpa_cudnn_like_backward("_scaled_dot_product_cudnn_attention_backward", False), 6),
+    "overrideable": ("_scaled_dot_product_fused_attention_overrideable",
+                     _sdpa_cudnn_like("_scaled_dot_product_fused_attention_overrideable", False),
+                     "_scaled_dot_product_fused_attention_overrideable_backward",
+                     _sdpa_cudnn_like_backward("_scaled_dot_product_fused_attention_overrideable_backward", True), 6),
+    "math": ("_scaled_dot_product_attention_math", sdpa_math, None, None, None),
+}
+ATTENTION_RULES = {"_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_cpu,
+                   "_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_cpu_backward}
+for _f, _r, _bf, _br, _ in ATTENTION_FORMS.values():
+    ATTENTION_RULES[_f] = _r
+    if _bf:
+        ATTENTION_RULES[_bf] = _br
+
+
+def _bind(op, args, kwargs):
+    """An OpOverload call's arguments by their schema names (defaults filled in)."""
+    schema = op._schema
+    b = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    for a, v in zip(schema.arguments, args):
+        b[a.name] = v
+    b.update(kwargs)
+    return b
+
+
+def _u64_as_i64(t):
+    return t.view(torch.int64) if isinstance(t, torch.Tensor) and t.dtype == torch.uint64 else t
+
+
+def _bridge_forward(op, form, rule):
+    """The bridge's form of an attention forward: seed (an i64[] PyTorch's generator
+    drew, or None without dropout) first. Run in PyTorch, it calls the op itself (its
+    own dropout mask); the flash form's uint64 rng_state/unused come back as int64
+    bits (fusejit has no uint64), which the backward's bridge turns back."""
+    name = op._schema.name.split("::")[-1]
+
+    def fn(seed, *args, **kwargs):
+        r = list(op(*args, **kwargs))
+        return tuple(_u64_as_i64(x) for x in r) if form == "flash" else tuple(r)
+    fn.__name__ = "fusejit_" + name
+    fn.fusejit_op = "aten." + name
+    fn.fusejit_attention = (form, "forward", op)
+    FUNCTIONS[fn] = lambda conv, n, b: rule(conv, n, dict(_bind(op, b.get("args", ()), b.get("kwargs", {})),
+                                                           fusejit_seed=b["seed"]))
+    return fn
+
+
+def _bridge_backward(op, form, rule):
+    """The bridge's form of an attention backward; fusejit_seeded says who drew its
+    forward's dropout mask: "fusejit" (the forward graph ran it in fusejit), "graph"
+    (the forward is in this graph: compile_graph keeps the two on one side) or
+    "pytorch". Run in PyTorch it calls the op itself, which cannot redraw a mask
+    fusejit drew: that is an error, never a wrong gradient."""
+    name = op._schema.name.split("::")[-1]
+
+    def fn(*args, fusejit_seeded=None, **kwargs):
+        b = _bind(op, args, kwargs)
+        if fusejit_seeded == "fusejit" and b.get("dropout_p"):
+            raise RuntimeError("fusejit: %s: the forward's dropout mask was drawn by fusejit, so the backward must "
+                               "run in fusejit too, and fusejit refused it (see fusejit.torch.explain)" % name)
+        if form == "flash":
+            for k in ("philox_seed", "philox_offset"):
+                t = b.get(k)
+                if isinstance(t, torch.Tensor) and t.dtype == torch.int64:
+                    b[k] = t.view(torch.uint64)
+        return op(**b)
+    fn.__name__ = "fusejit_" + name
+    fn.fusejit_op = "aten." + name
+    fn.fusejit_attention = (form, "backward", op)
+    FUNCTIONS[fn] = lambda conv, n, b: rule(conv, n, dict(_bind(op, b.get("args", ()), b.get("kwargs", {})),
+                                                           fusejit_seeded=b.get("fusejit_seeded")))
+    return fn
+
+
+FUNCTIONS = {}
+_BRIDGES = {}  # OpOverload -> its bridge function
+for _form, (_f, _r, _bf, _br, _) in ATTENTION_FORMS.items():
+    _op = getattr(_A, _f, None)
+    if _op is not None:
+        _BRIDGES[_op.default] = _bridge_forward(_op.default, _form, _r)
+    _op = getattr(_A, _bf, None) if _bf else None
+    if _op is not None:
+        _BRIDGES[_op.default] = _bridge_backward(_op.default, _form, _br)
+
+
+def _meta_i64(v):
+    return torch.empty(tuple(v.shape), dtype=torch.int64, device="meta") if isinstance(v, torch.Tensor) else v
+
+
+def seed_attention(gm, state=None):
+    """Puts each CUDA-form and math-form attention call of gm in its bridge form
+    (see _bridge_forward/_bridge_backward): a forward with dropout_p > 0 gets a seed
+    PyTorch's generator draws at each call (aten.randint, staying in PyTorch); the
+    flash form's uint64 philox values travel as int64. state (shared by a torch.compile
+    graph's forward and backward compiles) says which saved seeds fusejit drew."""
+    g = gm.graph
+    changed = False
+    for n in list(g.nodes):
+        br = _BRIDGES.get(n.target) if n.op == "call_function" else None
+        if br is None:
+            continue
+        form, kind, op = br.fusejit_attention
+        b = _bind(op, n.args, n.kwargs)
+        p = float(b.get("dropout_p") or 0.0)
+        with g.inserting_before(n):
+            if kind == "forward":
+                seed = None
+                if p > 0 and b.get("dropout_mask") is None:
+                    seed = g.call_function(_A.randint.low, (0, 1 << 62, []), {"dtype": torch.int64})
+                    seed.meta["val"] = torch.empty((), dtype=torch.int64)
+                    seed.meta["fusejit_aux"] = True
+                new = g.call_function(br, (seed,) + tuple(n.args), dict(n.kwargs))
+                val = n.meta.get("val")
+                new.meta = dict(n.meta)
+                if form == "flash" and isinstance(val, (list, tuple)):
+                    new.meta["val"] = tuple(_meta_i64(x) if k in (6, 7) else x for k, x in enumerate(val))
+                    for u in n.users:
+                        if u.target is operator.getitem and u.args[1] in (6, 7):
+                            u.meta["val"] = _meta_i64(u.meta.get("val"))
+            else:
+                seeded = "pytorch"
+                src = b.get("philox_seed")
+                if isinstance(src, torch.fx.Node):
+                    if src.op == "placeholder" and form == "flash" and state is not None and state.get("forward"):
+                        for k in ("philox_seed", "philox_offset"):  # the forward's bridge saved int64 bits
+                            if isinstance(b.get(k), torch.fx.Node) and b[k].op == "placeholder":
+                                b[k].meta["val"] = _meta_i64(b[k].meta.get("val"))
+                    if src.op == "placeholder" and state is not None and src.name in state.get("seeds", ()):
+                        seeded = "fusejit"
+                    elif src.target is operator.getitem and getattr(src.args[0].target, "fusejit_attention", None):
+                        seeded = "graph"
+                new = g.call_function(br, tuple(n.args), dict(n.kwargs, fusejit_seeded=seeded))
+                new.meta = dict(n.meta)
+        n.replace_all_uses_with(new)
+        g.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def attention_pairs_split(graph, regions):
+    """{node: reason} for each attention forward/backward pair with dropout of one
+    graph that the regions split (one in fusejit, one in PyTorch): the mask must be
+    drawn and redrawn on one side."""
+    where = {n for r in regions for n in r}
+    bad = {}
+    for n in graph.nodes:
+        if getattr(n.target, "fusejit_attention", (None, None))[1] != "backward" or \
+                n.kwargs.get("fusejit_seeded") != "graph":
+            continue
+        b = _bind(n.target.fusejit_attention[2], n.args, {k: v for k, v in n.kwargs.items() if k != "fusejit_seeded"})
+        if not b.get("dropout_p"):
+            continue
+        fw = b["philox_seed"].args[0]
+        if (fw in where) != (n in where):
+            inside = n if n in where else fw
+            bad[inside] = ("its attention %s runs in PyTorch, and the dropout mask must be drawn and redrawn on one "
+                           "side" % ("forward" if inside is n else "backward"))
+    return bad
+
+
+def record_attention_seeds(graph, regions, state):
+    """After a forward graph's compile: the names of the saved philox seeds that
+    fusejit drew (a forward with dropout in a region), for its backward's compile."""
+    if state is None:
+        return
+    state["forward"] = True
+    where = {n for r in regions for n in r}
+    for n in graph.nodes:
+        att = getattr(n.target, "fusejit_attention", None)
+        if att is None or att[1] != "forward" or n not in where or n.args[0] is None:
+            continue
+        k = ATTENTION_FORMS[att[0]][4]
+        for u in n.users:
+            if u.target is operator.getitem and u.args[1] == k:
+                state.setdefault("seeds", set()).add(u.name)
 
 
 def _filled(value):
@@ -320,7 +744,7 @@ def dropout_rule(conv, n, b):
     return e.lines
 
 
-FUNCTIONS = {dropout_with_seed: dropout_rule}
+FUNCTIONS[dropout_with_seed] = dropout_rule
 
 def _clamp(bound):
     def rule(conv, n, b):
@@ -517,9 +941,8 @@ RULES = {
     "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),
     "select": select, "select_backward": select_backward, "lift_fresh_copy": lift_fresh_copy,
     "split": split, "split_with_sizes": split_with_sizes, "unbind": unbind, "cat": cat,
-    "_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_cpu,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_cpu_backward,
 }
+RULES.update(ATTENTION_RULES)
 
 
 # The rule sets of the other decomp_* modules (they import the helpers above).

@@ -266,9 +266,10 @@ class Converter:
             return "not an ATen call (%s)" % n.op
         if not is_convertible_call(n):
             return "not an ATen op (%s)" % getattr(n.target, "__name__", n.target)
-        for x in meta_values(n):
-            if x is None:
-                continue
+        vals = meta_values(n)
+        for x in vals:
+            if x is None or (len(vals) > 1 and isinstance(x, (int, getattr(torch, "SymInt", int)))):
+                continue  # a multi-output op's size results (attention's max_q) are not fusejit's to give
             if not hasattr(x, "dtype") or not hasattr(x, "shape"):
                 return "its result is not a tensor (%s)" % type(x).__name__
             if x.dtype not in DTYPES:
@@ -286,7 +287,7 @@ class Converter:
             if t is not None and t[0] not in DTYPES:
                 return "operand %s has dtype %s" % (o.name, str(t[0]).replace("torch.", ""))
             d = meta_device(o)
-            if d is not None and device is not None and d.type != device:
+            if d is not None and device is not None and d.type not in (device, "meta"):  # meta: decided at run time
                 return "operand %s is on %s (this executor runs on %s)" % (o.name, d, device)
         self.gm = gm
         self.names = {o: (["%%%s.%d" % (o.name, i) for i in range(16)] if isinstance(o.meta.get("val"), (list, tuple))
@@ -402,7 +403,7 @@ class Converter:
 def ensure_meta(gm, example_inputs):
     """Fills tensor_meta by running the graph once when nodes lack shapes; returns
     the nodes that got it (drop_meta takes it away again)."""
-    need = any(meta_type(n) is None for n in gm.graph.nodes
+    need = any(meta_type(n) is None and not isinstance(n.meta.get("val"), (list, tuple)) for n in gm.graph.nodes
                if n.op == "placeholder" or (n.op == "call_function" and n.target is not operator.getitem))
     if not need:
         return []

@@ -236,13 +236,16 @@ def _record(rep):
 _LINE = re.compile(r":(\d+):\d+: (?:error|warning)")
 
 
-def compile_graph(gm, example_inputs, executor="auto", name="main"):
+def compile_graph(gm, example_inputs, executor="auto", name="main", state=None):
     """Compiles an FX graph of ATen ops: the regions fusejit supports each become one
     fusejit program; every other node runs as its ATen call in PyTorch. Returns a
-    callable(*tensors) -> list (None kept where the graph returns None)."""
+    callable(*tensors) -> list (None kept where the graph returns None). state: a
+    dict shared by one torch.compile graph's forward and backward compiles (which
+    attention dropout masks fusejit drew in the forward)."""
     ctx = context()
     _fx.ensure_meta(gm, example_inputs)
     _decomp.seed_dropouts(gm)
+    _decomp.seed_attention(gm, state)
     conv = _fx.Converter(ctx)
     device = _device(executor)
     reasons = {}
@@ -264,6 +267,10 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
     progs = {}  # text -> program: a retry recompiles only the regions that changed
     for attempt in range(64):
         regions = _part.propose(gm.graph, lambda n: n not in reasons)
+        split = _decomp.attention_pairs_split(gm.graph, regions)
+        if split:
+            reasons.update(split)
+            continue
         compiled.clear()
         failed = False
         for k, region in enumerate(regions):
@@ -298,6 +305,8 @@ def compile_graph(gm, example_inputs, executor="auto", name="main"):
         for n in gm.graph.nodes:
             reasons.setdefault(n, "fusejit refused 64 of this graph's nodes; the rest stays in PyTorch too")
         regions = []
+    if name == "fw":
+        _decomp.record_attention_seeds(gm.graph, regions, state)
     new = _part.rebuild(gm, regions, make_call)
     for region in regions:
         rep.regions.append([_part.op_name(n) for n in region if reported(n)])
@@ -342,16 +351,16 @@ def _auto_is_nvptx():
         return False
 
 
-def fw_compiler(gm, example_inputs, executor="auto"):
+def fw_compiler(gm, example_inputs, executor="auto", state=None):
     if getattr(gm, "_fusejit_compiled", False):
         return _boxed(gm)
-    return _boxed(compile_graph(gm, example_inputs, executor, "fw"))
+    return _boxed(compile_graph(gm, example_inputs, executor, "fw", state))
 
 
-def bw_compiler(gm, example_inputs, executor="auto"):
+def bw_compiler(gm, example_inputs, executor="auto", state=None):
     if getattr(gm, "_fusejit_compiled", False):
         return _boxed(gm)
-    return _boxed(compile_graph(gm, example_inputs, executor, "bw"))
+    return _boxed(compile_graph(gm, example_inputs, executor, "bw", state))
 
 
 TRAIN_PIPELINE = "verify,decompose,canonicalize,recompute,partition{mode=mincut}"
@@ -481,8 +490,9 @@ def aot_fusejit_module(mod, executor="auto", partition_fn=None):
 def _make_backend(executor):
     def backend(gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
-        return aot_autograd(fw_compiler=functools.partial(fw_compiler, executor=executor),
-                            bw_compiler=functools.partial(bw_compiler, executor=executor),
+        state = {}  # this graph's forward tells its backward which dropout masks fusejit drew
+        return aot_autograd(fw_compiler=functools.partial(fw_compiler, executor=executor, state=state),
+                            bw_compiler=functools.partial(bw_compiler, executor=executor, state=state),
                             partition_fn=default_partition_fn(executor))(gm, example_inputs)
     return backend
 
