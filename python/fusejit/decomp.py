@@ -149,7 +149,7 @@ def fmt_number(v):
 # ---- scaled dot product attention: one builder, a thin adapter per ATen form ----
 #
 # Every form computes the math form in fusejit's op set: S = Q K^T * scale, masked
-# (a bool mask keeps, a float mask or bias adds; is_causal a lower triangle),
+# (a float mask or bias adds; is_causal keeps a lower triangle),
 # P = exp(S - logsumexp(S)), out = P V, with dropout on P drawn by fusejit's Philox
 # (aten.native_dropout(P, seed, offset)); the backward recomputes P from the saved
 # logsumexp and redraws the same mask from the same seed and offset. f16/bf16
@@ -167,11 +167,12 @@ def _unsupported(*why):
 
 class _Attention:
     """One attention call: its sizes, q, k and v in the compute dtype (k and v with
-    each key head repeated for its G query heads: GQA) and the masked, scaled scores.
+    each key head repeated for its G query heads: GQA) and the masked, scaled scores
+    (a float mask or bias adds).
     causal: "top_left" (PyTorch's is_causal) or "bottom_right" (the CUDA flash
     kernel's alignment when L != S)."""
 
-    def __init__(self, conv, n, b, what, mask=None, causal="top_left"):
+    def __init__(self, conv, n, b, what, mask=None, causal="top_left", bool_mask_adds=False):
         self.conv, self.what = conv, what
         qt, qs = _shape(conv, b["query"])
         _, ks = _shape(conv, b["key"])
@@ -194,7 +195,12 @@ class _Attention:
         if mask is not None:
             mt, ms = _shape(conv, mask)
             m = conv.operand(mask, what)
-            s = e.op("aten.where", [m, s, "-inf"]) if mt == torch.bool else e.op("aten.add", [s, self.cvt(m, mt)])
+            if mt == torch.bool and not bool_mask_adds:
+                raise _unsupported("%s with a bool mask (PyTorch's kernel takes a float one)" % what)
+            # a float mask adds; so does a bool one in the math form (0 or 1: sdpa converts
+            # a bool mask to 0 / -inf before it calls a form)
+            m = e.op("aten._to_copy", [m], {"dtype": self.ct}) if mt == torch.bool else self.cvt(m, mt)
+            s = e.op("aten.add", [s, m])
         if b.get("is_causal"):
             start = 0
             if causal == "bottom_right" and L != S:
@@ -354,6 +360,8 @@ def sdpa_flash_cpu(conv, n, b):
         raise _unsupported("_scaled_dot_product_flash_attention_for_cpu with dropout_p > 0 (its backward "
                            "has no seed to redraw the mask from)")
     a = _Attention(conv, n, b, "attention", b.get("attn_mask"))
+    if a.Ev != a.E:
+        raise _unsupported("_scaled_dot_product_flash_attention_for_cpu with a value head dim %s != %s" % (a.Ev, a.E))
     out, lse, _ = a.forward()
     conv.names[n] = [a.result(out, _out(n, 0)), a.result(lse, _out(n, 1), a.ct)]
     return a.e.lines
@@ -470,7 +478,7 @@ def sdpa_math(conv, n, b):
             raise _unsupported("%s with %s query heads over %s key heads and enable_gqa off" % (what, qs[1], ks[1]))
     if b.get("is_causal") and b.get("attn_mask") is not None:
         raise _unsupported("%s with both is_causal and attn_mask" % what)
-    a = _Attention(conv, n, b, what, b.get("attn_mask"))
+    a = _Attention(conv, n, b, what, b.get("attn_mask"), bool_mask_adds=True)
     dm = b.get("dropout_mask")
     p = float(b.get("dropout_p") or 0.0)
     if p > 0 and dm is not None:
@@ -777,6 +785,21 @@ def clamp(conv, n, b):
     return e.lines
 
 
+def safe_softmax(conv, n, b):
+    """_safe_softmax (the math attention's softmax): softmax, with zeros for a row
+    whose every element is -inf."""
+    dt, shape = _shape(conv, b["self"])
+    e = _Emit(conv, n)
+    x = conv.operand(b["self"], "aten._safe_softmax")
+    if b.get("dtype") is not None:
+        x = e.op("aten._to_copy", [x], {"dtype": b["dtype"]})
+    d = _dim(b["dim"], len(shape))
+    sm = e.op("aten._softmax", [x], {"dim": d, "half_to_float": False})
+    dead = e.op("aten.eq", [e.op("aten.amax", [x], {"dims": [d], "keepdim": True}), "-inf"])
+    conv.names[n] = e.op("aten.where", [dead, "0", sm], out="%" + n.name)
+    return e.lines
+
+
 def dot(conv, n, b):
     e = _Emit(conv, n)
     m = e.op("aten.mul", [conv.operand(b["self"], "aten.dot"), conv.operand(b["tensor"], "aten.dot")])
@@ -936,7 +959,7 @@ RULES = {
     "angle": angle, "ldexp": ldexp, "linalg_cross": linalg_cross, "renorm": renorm, "new_empty": _filled(0),
     "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,
     "constant_pad_nd": constant_pad_nd, "copy": copy,
-    "native_dropout_backward": native_dropout_backward,
+    "native_dropout_backward": native_dropout_backward, "_safe_softmax": safe_softmax,
     "zeros": _filled(0), "ones": _filled(1), "empty": _filled(0), "full": _filled(None),
     "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),
     "select": select, "select_backward": select_backward, "lift_fresh_copy": lift_fresh_copy,

@@ -6,6 +6,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("functorch")
 import torch.nn.functional as F  # noqa: E402
 
+import operator  # noqa: E402
+
 import fusejit.torch as fjt  # noqa: E402
 
 EX = "host"
@@ -378,3 +380,213 @@ def test_angle_ldexp_cross_renorm():
     check(lambda a, b: torch.linalg.cross(a, b, dim=1), rnd(2, 3, 4), rnd(1, 3, 4))
     check(lambda a: torch.renorm(a, 2, 0, 1.5) * 2.0, rnd(5, 4))
     check(lambda a: torch.renorm(a, 1.5, 1, 0.5), rnd(3, 4, 2))
+
+
+# ---- every ATen form of scaled dot product attention ----
+# The CUDA forms cannot run on this machine's CPU: each test builds an FX graph that
+# calls the form's ATen ops (make_fx with fake tensors gives every node PyTorch's meta
+# shapes and dtypes) and compiles it through the bridge (compile_graph) with CPU tensors,
+# against the math form computed by PyTorch on the CPU.
+
+SDPA_FORMS = ["flash", "efficient", "cudnn", "overrideable", "math", "flash_cpu"]
+
+
+def _sdpa_graph(form, p, causal, scale, with_bias):
+    """fn(q, k, v, go[, mask]) calling `form` forward and backward: (out, lse or the
+    weights, dq, dk, dv[, dmask])."""
+    A = torch.ops.aten
+    m_grad = with_bias and form in ("efficient", "overrideable")
+
+    def body(q, k, v, go, mask):
+        if form == "flash":
+            r = A._scaled_dot_product_flash_attention(q, k, v, p, causal, scale=scale)
+            g = A._scaled_dot_product_flash_attention_backward(go, q, k, v, r[0], r[1], r[2], r[3], r[4], r[5], p,
+                                                               causal, r[6], r[7], scale=scale)
+        elif form == "efficient":
+            r = A._scaled_dot_product_efficient_attention(q, k, v, mask, True, p, causal, scale=scale)
+            g = A._scaled_dot_product_efficient_attention_backward(go, q, k, v, mask, r[0], r[1], r[2], r[3], p,
+                                                                   [True, True, True, m_grad], causal, scale=scale)
+        elif form == "cudnn":
+            r = A._scaled_dot_product_cudnn_attention(q, k, v, mask, True, p, causal, scale=scale)
+            g = A._scaled_dot_product_cudnn_attention_backward(go, q, k, v, r[0], r[1], r[6], r[7], mask, r[2], r[3],
+                                                               r[4], r[5], p, causal, scale=scale)
+        elif form == "overrideable":
+            r = A._scaled_dot_product_fused_attention_overrideable(q, k, v, mask, p, causal, scale=scale)
+            g = A._scaled_dot_product_fused_attention_overrideable_backward(
+                go, q, k, v, mask, [True, True, True, m_grad], r[0], r[1], r[2], r[3], r[4], r[5], p, causal, r[6],
+                r[7], scale=scale)
+        elif form == "flash_cpu":
+            r = A._scaled_dot_product_flash_attention_for_cpu(q, k, v, p, causal, attn_mask=mask, scale=scale)
+            g = A._scaled_dot_product_flash_attention_for_cpu_backward(go, q, k, v, r[0], r[1], p, causal,
+                                                                       attn_mask=mask, scale=scale)
+        return (r[0], r[1]) + tuple(g[:4 if m_grad else 3])
+    if with_bias:
+        return lambda q, k, v, go, mask: body(q, k, v, go, mask)
+    return lambda q, k, v, go: body(q, k, v, go, None)
+
+
+def _math_graph(p, causal, scale, with_mask):
+    """A GraphModule calling _scaled_dot_product_attention_math(q, k, v[, mask]) ->
+    (out, weights) (a composite op: tracing would take it apart, so built by hand);
+    meta "val" from a run of the op on the CPU."""
+    op = torch.ops.aten._scaled_dot_product_attention_math.default
+
+    def build(*args):
+        g = torch.fx.Graph()
+        ph = []
+        for name, a in zip(("q", "k", "v", "go", "mask"), args):
+            ph.append(g.placeholder(name))
+            ph[-1].meta["val"] = a
+        call = g.call_function(op, tuple(ph[:3]) + ((ph[4] if with_mask else None), p, causal),
+                               {"scale": scale, "enable_gqa": True})
+        call.meta["val"] = op(*args[:3], args[4] if with_mask else None, p, causal, scale=scale, enable_gqa=True)
+        outs = []
+        for i in range(2):
+            outs.append(g.call_function(operator.getitem, (call, i)))
+            outs[-1].meta["val"] = call.meta["val"][i]
+        g.output(tuple(outs))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+    return build
+
+
+def _compile_fake(fn, *args):
+    """fn traced with fake tensors (PyTorch's meta shapes, no kernel runs) and compiled
+    by the bridge: (callable, report, the traced graph's output values)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = fn(*args) if getattr(fn, "__name__", "") == "build" else make_fx(fn, tracing_mode="fake")(*args)
+    want = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    want = [w.meta["val"] for w in want]
+    call = fjt.compile_graph(gm, list(args), EX, "sdpa")
+    return call, call.report, want
+
+
+def _sdpa_reference(q, k, v, go, mask, causal, scale, dropout_mask=None, p=0.0):
+    """The math form by PyTorch, and its gradients by autograd."""
+    qs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    ms = mask.detach().clone().requires_grad_() if mask is not None and mask.is_floating_point() else mask
+    o, w = torch.ops.aten._scaled_dot_product_attention_math(*qs, ms, p, causal, dropout_mask, scale=scale,
+                                                               enable_gqa=True)
+    o.backward(go)
+    return o, w, [x.grad for x in qs] + ([ms.grad] if ms is not None and ms.requires_grad else [])
+
+
+SDPA_CASES = ["plain", "causal", "causal_square", "bool_mask", "float_mask", "scale", "gqa", "f16", "bf16"]
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_scaled_dot_product_efficient_attention"), reason="PyTorch 2.x")
+@pytest.mark.parametrize("case", SDPA_CASES)
+@pytest.mark.parametrize("form", SDPA_FORMS)
+def test_sdpa_aten_forms(form, case):
+    if FRONT != "aot_function":
+        pytest.skip("built FX graphs: one run is enough")
+    B, H, Hk, L, S, E, Ev = 2, 4, 4, 5, 7, 8, 6
+    dt, causal, scale, mask = torch.float32, False, None, None
+    if form != "math":
+        Ev = E  # the fused kernels take one head dim
+    if case == "causal" and form == "flash":
+        pytest.skip("flash's causal mask for L != S: test_sdpa_flash_causal_bottom_right")
+    if case in ("causal", "causal_square"):
+        causal = True
+        S = L if case == "causal_square" else S
+    elif case == "bool_mask":
+        if form != "math":
+            pytest.skip("the fused forms take a float mask (sdpa converts a bool one); the math form adds it")
+        mask = torch.rand(L, S) > 0.3
+        mask[:, 0] = True
+    elif case == "float_mask":
+        if form == "flash":
+            pytest.skip("the flash form takes no mask")
+        mask = torch.randn(B, H, L, S) if form in ("efficient", "overrideable", "cudnn") else torch.randn(B, 1, L, S)
+    elif case == "scale":
+        scale = 0.3
+    elif case == "gqa":
+        Hk = 2
+    elif case in ("f16", "bf16"):
+        dt = torch.float16 if case == "f16" else torch.bfloat16
+    q, go = torch.randn(B, H, L, E).to(dt), torch.randn(B, H, L, Ev).to(dt)
+    k, v = torch.randn(B, Hk, S, E).to(dt), torch.randn(B, Hk, S, Ev).to(dt)
+    fn = _math_graph(0.0, causal, scale, mask is not None) if form == "math" else \
+        _sdpa_graph(form, 0.0, causal, scale, mask is not None)
+    args = (q, k, v, go) + ((mask,) if mask is not None else ())
+    call, rep, want = _compile_fake(fn, *args)
+    assert not rep.fallback, rep.fallback
+    got = call(*args)
+    for g, w in zip(got, want):  # PyTorch's shapes, dtypes and layouts (the logsumexp f32 for f16/bf16)
+        assert (g.shape, g.dtype, g.stride()) == (w.shape, w.dtype, w.stride()), (g.shape, g.dtype, w)
+    o, wts, grads = _sdpa_reference(q, k, v, go, mask, causal, scale)
+    tol = {torch.float32: (1e-4, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}[dt]
+    torch.testing.assert_close(got[0], o, rtol=tol[0], atol=tol[1])
+    if form == "math":
+        torch.testing.assert_close(got[1], wts, rtol=tol[0], atol=tol[1])
+        return
+    lse = got[1].float().reshape(B, H, -1)[:, :, :L]
+    s = torch.matmul(q.double(), k.double().repeat_interleave(H // Hk, 1).transpose(-2, -1))
+    s = s * (scale if scale is not None else E ** -0.5)
+    if mask is not None:
+        s = s + mask.double()
+    if causal:
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool).tril().logical_not(), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1).float(), rtol=1e-4, atol=1e-4)
+    for g, r in zip(got[2:], grads):
+        torch.testing.assert_close(g, r, rtol=tol[0], atol=tol[1] * 10)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention"), reason="PyTorch 2.x")
+def test_sdpa_flash_causal_bottom_right():
+    # PyTorch's CUDA flash kernel aligns a causal mask of L < S queries to the bottom right
+    if FRONT != "aot_function":
+        pytest.skip("built FX graphs: one run is enough")
+    B, H, L, S, E = 2, 3, 4, 9, 8
+    q, k, v, go = torch.randn(B, H, L, E), torch.randn(B, H, S, E), torch.randn(B, H, S, E), torch.randn(B, H, L, E)
+    call, rep, _ = _compile_fake(_sdpa_graph("flash", 0.0, True, None, False), q, k, v, go)
+    assert not rep.fallback, rep.fallback
+    got = call(q, k, v, go)
+    mask = torch.zeros(L, S).masked_fill(torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L).logical_not(),
+                                         float("-inf"))
+    o, _, grads = _sdpa_reference(q, k, v, go, mask, False, None)
+    torch.testing.assert_close(got[0], o, rtol=1e-4, atol=1e-5)
+    for g, r in zip(got[2:], grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_scaled_dot_product_efficient_attention"), reason="PyTorch 2.x")
+@pytest.mark.parametrize("form", ["flash", "efficient", "cudnn", "overrideable", "math"])
+def test_sdpa_aten_forms_dropout(form):
+    # dropout by its statistics: with q = 0 every weight is 1/S and v = I, so out * S * (1 - p)
+    # is the mask itself
+    if FRONT != "aot_function":
+        pytest.skip("built FX graphs: one run is enough")
+    B, H, L, S, p = 2, 4, 64, 64, 0.3
+    fn = _math_graph(p, False, None, False) if form == "math" else _sdpa_graph(form, p, False, None, False)
+    q0, k, eye, go = torch.zeros(B, H, L, S), torch.randn(B, H, S, S), torch.eye(S).expand(B, H, S, S), \
+        torch.randn(B, H, L, S)
+    call, rep, _ = _compile_fake(fn, q0, k, eye.contiguous(), go)
+    assert not rep.fallback, rep.fallback
+    ops = [op for r in rep.regions for op in r]
+    assert any("attention" in op for op in ops), ops
+
+    def mask_of(seed):
+        torch.manual_seed(seed)
+        return call(q0, k, eye, go)[0] * S * (1 - p)
+    m1, m2, m3 = mask_of(5), mask_of(5), mask_of(6)
+    assert torch.equal(m1, m2), "the same seed and offset give the same mask"
+    assert not torch.equal(m1, m3), "another seed draws another mask"
+    keep = m1 > 0.5
+    torch.testing.assert_close(m1[keep], torch.ones_like(m1[keep]))  # kept values scaled by 1/(1-p)
+    assert torch.equal(m1[~keep], torch.zeros_like(m1[~keep]))
+    kept = keep.float().mean().item()
+    assert abs(kept - (1 - p)) < 0.015, kept  # 32768 draws: sd 0.0025
+    # the forward and the backward use that one mask: out and the gradients equal the
+    # math form's with it (the mask depends on the seed, the offset and the shape only)
+    q, v = torch.randn(B, H, L, S), torch.randn(B, H, S, S)
+    torch.manual_seed(5)
+    got = call(q, k, v, go)
+    o, w, grads = _sdpa_reference(q, k, v, go, None, False, None, dropout_mask=keep, p=p)
+    torch.testing.assert_close(got[0], o, rtol=1e-4, atol=1e-5)
+    if form == "math":
+        # the weights after dropout (PyTorch's math form returns them scaled when it draws
+        # the mask itself, unscaled when given dropout_mask)
+        torch.testing.assert_close(got[1], w / (1 - p), rtol=1e-4, atol=1e-5)
+        return
+    for g, r in zip(got[2:], grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
