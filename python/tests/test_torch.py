@@ -6,6 +6,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("functorch")
 import torch.nn.functional as F  # noqa: E402
 
+import copy  # noqa: E402
 import operator  # noqa: E402
 
 import fusejit.torch as fjt  # noqa: E402
@@ -589,4 +590,116 @@ def test_sdpa_aten_forms_dropout(form):
         torch.testing.assert_close(got[1], w / (1 - p), rtol=1e-4, atol=1e-5)
         return
     for g, r in zip(got[2:], grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not fjt.REGISTERED, reason="torch.compile needs PyTorch 2.x (dynamo)")
+def test_sdpa_dropout_in_train_mode_runs_in_fusejit():
+    # F.scaled_dot_product_attention with dropout_p > 0 through torch.compile: with q = 0
+    # every weight is 1/S and v = I, so out * S * (1 - p) is the mask
+    if FRONT != "torch.compile":
+        pytest.skip("through torch.compile")
+    B, H, L, S, p = 2, 4, 64, 64, 0.3
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+    q0, k, eye = torch.zeros(B, H, L, S), torch.randn(B, H, S, S), torch.eye(S).expand(B, H, S, S).contiguous()
+    ex = fjt.explain(f, q0.clone().requires_grad_(), k.clone().requires_grad_(), eye.clone().requires_grad_())
+    assert not ex.fallback, str(ex)
+    ops = [op for r in ex.regions for op in r]
+    assert "aten.native_dropout" in ops and "aten.bmm" in ops, ops
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="fusejit_host", dynamic=False)
+    torch.manual_seed(7)
+    m1 = cf(q0, k, eye) * S * (1 - p)
+    torch.manual_seed(7)
+    m2 = cf(q0, k, eye) * S * (1 - p)
+    assert torch.equal(m1, m2) and not torch.equal(m1, cf(q0, k, eye) * S * (1 - p))
+    keep = m1 > 0.5
+    torch.testing.assert_close(m1[keep], torch.ones_like(m1[keep]))
+    assert abs(keep.float().mean().item() - (1 - p)) < 0.015
+    # the backward uses the forward's mask: gradients equal the math form's with that mask
+    qs = [torch.randn(B, H, L, S, requires_grad=True), k.clone().requires_grad_(),
+          torch.randn(B, H, S, S, requires_grad=True)]
+    go = torch.randn(B, H, L, S)
+    torch.manual_seed(7)
+    out = cf(*qs)
+    out.backward(go)
+    o, _, grads = _sdpa_reference(*qs, go, None, False, None, dropout_mask=keep, p=p)
+    torch.testing.assert_close(out, o, rtol=1e-4, atol=1e-5)
+    for x, r in zip(qs, grads):
+        torch.testing.assert_close(x.grad, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="PyTorch 2.x")
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_sdpa_half_precision_matches_eager(dt):
+    # the CPU flash form in f16/bf16: computed in f32, rounded to the input dtype, as eager
+    B, H, L, E = 2, 4, 6, 8
+    q, k, v = (torch.randn(B, H, L, E).to(dt).requires_grad_() for _ in range(3))
+    tol = 2e-3 if dt == torch.float16 else 2e-2
+    check(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q, k, v, rtol=tol, atol=tol)
+    if FRONT == "torch.compile":
+        torch._dynamo.reset()
+        ex = fjt.explain(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), q, k, v)
+        assert not ex.fallback and "aten._scaled_dot_product_flash_attention_for_cpu" in ex.regions[0], str(ex)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_scaled_dot_product_efficient_attention"), reason="PyTorch 2.x")
+@pytest.mark.parametrize("form", ["flash", "efficient"])
+def test_sdpa_dropout_forward_and_backward_graphs_share_the_mask(form):
+    # as AOTAutograd gives them: a forward graph saving the philox results, a backward
+    # graph reading them as inputs (named as the forward's outputs), compiled one after
+    # the other with the state torch.compile's backend shares between the two
+    if FRONT != "aot_function":
+        pytest.skip("built FX graphs: one run is enough")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    A = torch.ops.aten
+    B, H, L, S, E, p = 2, 3, 16, 16, 8, 0.4
+    ks = (6, 7) if form == "flash" else (2, 3)
+
+    def fw(q, k, v):
+        if form == "flash":
+            r = A._scaled_dot_product_flash_attention(q, k, v, p)
+        else:
+            r = A._scaled_dot_product_efficient_attention(q, k, v, None, True, p)
+        return (r[0], r[1], r[ks[0]], r[ks[1]])
+
+    def bw(go, q, k, v, o, lse, seed, off):
+        if form == "flash":
+            return tuple(A._scaled_dot_product_flash_attention_backward(go, q, k, v, o, lse, None, None, L, S, p,
+                                                                          False, seed, off))
+        return tuple(A._scaled_dot_product_efficient_attention_backward(go, q, k, v, None, o, lse, seed, off, p,
+                                                                          [True, True, True, False]))[:3]
+    q, k, v, go = (torch.randn(B, H, L, E) for _ in range(4))
+    state = {}
+    fgm = make_fx(fw, tracing_mode="fake")(q, k, v)
+    fcall = fjt.compile_graph(fgm, [q, k, v], EX, "fw", state)
+    assert not fcall.report.fallback, fcall.report.fallback
+    saved = [n.name for n in [n for n in fgm.graph.nodes if n.op == "output"][0].args[0]]
+    assert set(saved[2:3]) == state["seeds"], (saved, state)
+    torch.manual_seed(3)
+    o, lse, seed, off = fcall(q, k, v)
+    u64 = torch.uint64 if form == "flash" else torch.int64  # the meta dtypes AOTAutograd's graphs carry
+    bgm = make_fx(bw, tracing_mode="fake")(go, q, k, v, o, lse, torch.zeros(seed.shape, dtype=u64),
+                                           torch.zeros(off.shape, dtype=u64))
+    ph = [n for n in bgm.graph.nodes if n.op == "placeholder"]
+    for n, name in zip(ph[4:], saved):
+        n.name = name
+    bgm.recompile()
+    # without the forward's word, the backward cannot know who drew the mask: PyTorch keeps it
+    lone = fjt.compile_graph(copy.deepcopy(bgm), [go, q, k, v, o, lse, seed, off], EX, "bw", {})
+    why = [w for _, op, w in lone.report.fallback if op.endswith("_backward")]
+    assert why and ("ran in PyTorch" in why[0] or "uint64" in why[0]), lone.report.fallback
+    bcall = fjt.compile_graph(bgm, [go, q, k, v, o, lse, seed, off], EX, "bw", state)
+    assert not bcall.report.fallback, bcall.report.fallback
+    dq, dk, dv = bcall(go, q, k, v, o, lse, seed, off)
+    # the mask, from the same seed with q = 0 and v = I
+    q0, k0, eye = torch.zeros(B, H, L, S), torch.randn(B, H, S, S), torch.eye(S).expand(B, H, S, S).contiguous()
+    mcall = fjt.compile_graph(make_fx(fw, tracing_mode="fake")(q0, k0, eye), [q0, k0, eye], EX, "m")
+    torch.manual_seed(3)
+    keep = mcall(q0, k0, eye)[0] > 0
+    ro, _, grads = _sdpa_reference(q, k, v, go, None, False, None, dropout_mask=keep, p=p)
+    torch.testing.assert_close(o, ro, rtol=1e-4, atol=1e-5)
+    for g, r in zip((dq, dk, dv), grads):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
