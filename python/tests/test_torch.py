@@ -705,3 +705,24 @@ def test_sdpa_dropout_forward_and_backward_graphs_share_the_mask(form):
     torch.testing.assert_close(o, ro, rtol=1e-4, atol=1e-5)
     for g, r in zip((dq, dk, dv), grads):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_scaled_dot_product_efficient_attention"), reason="PyTorch 2.x")
+def test_sdpa_dropout_pair_stays_on_one_side():
+    # a forward and a backward with dropout in one graph: regions that put one in fusejit
+    # and the other in PyTorch are refused (the mask must be drawn and redrawn by one side)
+    if FRONT != "aot_function":
+        pytest.skip("built FX graphs: one run is enough")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from fusejit import decomp
+    q = torch.randn(1, 2, 4, 8)
+    gm = make_fx(_sdpa_graph("efficient", 0.2, False, None, False), tracing_mode="fake")(q, q, q, q)
+    decomp.seed_attention(gm)
+    att = [n for n in gm.graph.nodes if getattr(n.target, "fusejit_attention", None)]
+    fw, bw = att
+    assert (fw.target.fusejit_attention[1], bw.target.fusejit_attention[1]) == ("forward", "backward")
+    assert bw.kwargs["fusejit_seeded"] == "graph"
+    assert decomp.attention_pairs_split(gm.graph, [[fw, bw]]) == {}
+    assert decomp.attention_pairs_split(gm.graph, []) == {}
+    assert list(decomp.attention_pairs_split(gm.graph, [[fw]])) == [fw]
+    assert list(decomp.attention_pairs_split(gm.graph, [[bw]])) == [bw]
