@@ -609,8 +609,11 @@ def seed_attention(gm, state=None):
             if kind == "forward":
                 seed = None
                 if p > 0 and b.get("dropout_mask") is None:
-                    seed = g.call_function(_A.randint.low, (0, 1 << 62, []), {"dtype": torch.int64})
-                    seed.meta["val"] = torch.empty((), dtype=torch.int64)
+                    qv = b["query"].meta.get("val") if isinstance(b["query"], torch.fx.Node) else None
+                    dev = qv.device if isinstance(qv, torch.Tensor) else torch.device("cpu")
+                    # drawn by the generator of the query's device, where the program runs
+                    seed = g.call_function(_A.randint.low, (0, 1 << 62, []), {"dtype": torch.int64, "device": dev})
+                    seed.meta["val"] = torch.empty((), dtype=torch.int64, device="meta")
                     seed.meta["fusejit_aux"] = True
                 new = g.call_function(br, (seed,) + tuple(n.args), dict(n.kwargs))
                 val = n.meta.get("val")
