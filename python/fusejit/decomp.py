@@ -609,12 +609,7 @@ def seed_attention(gm, state=None):
             if kind == "forward":
                 seed = None
                 if p > 0 and b.get("dropout_mask") is None:
-                    qv = b["query"].meta.get("val") if isinstance(b["query"], torch.fx.Node) else None
-                    dev = qv.device if isinstance(qv, torch.Tensor) else torch.device("cpu")
-                    # drawn by the generator of the query's device, where the program runs
-                    seed = g.call_function(_A.randint.low, (0, 1 << 62, []), {"dtype": torch.int64, "device": dev})
-                    seed.meta["val"] = torch.empty((), dtype=torch.int64, device="meta")
-                    seed.meta["fusejit_aux"] = True
+                    seed = draw_seed(g, b["query"])
                 new = g.call_function(br, (seed,) + tuple(n.args), dict(n.kwargs))
                 val = n.meta.get("val")
                 new.meta = dict(n.meta)
@@ -719,6 +714,18 @@ def dropout_with_seed(x, p, train, seed):
 dropout_with_seed.fusejit_op = "aten.native_dropout"
 
 
+def draw_seed(g, like):
+    """A node (inserted at g's insertion point) that draws a dropout seed with
+    PyTorch's generator of the device of node `like`'s tensor, where the
+    program runs: aten.randint, which stays in PyTorch."""
+    v = like.meta.get("val") if isinstance(like, torch.fx.Node) else None
+    dev = v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
+    seed = g.call_function(torch.ops.aten.randint.low, (0, 1 << 62, []), {"dtype": torch.int64, "device": dev})
+    seed.meta["val"] = torch.empty((), dtype=torch.int64, device="meta")  # any device
+    seed.meta["fusejit_aux"] = True  # the bridge's own node: not the model's, not reported
+    return seed
+
+
 def seed_dropouts(gm):
     """Gives every train-mode aten.native_dropout of gm a seed drawn by PyTorch's
     generator at each call (aten.randint, which stays in PyTorch), so that fusejit
@@ -731,9 +738,7 @@ def seed_dropouts(gm):
         args = list(n.args) + [None] * (3 - len(n.args))
         x, p, train = args[0], n.kwargs.get("p", args[1]), n.kwargs.get("train", args[2])
         with g.inserting_before(n):
-            seed = g.call_function(torch.ops.aten.randint.low, (0, 1 << 62, []), {"dtype": torch.int64})
-            seed.meta["val"] = torch.empty((), dtype=torch.int64)
-            seed.meta["fusejit_aux"] = True  # the bridge's own node: not the model's, not reported
+            seed = draw_seed(g, x)
             new = g.call_function(dropout_with_seed, (x, p, True if train is None else train, seed))
         new.meta = dict(n.meta)
         n.replace_all_uses_with(new)

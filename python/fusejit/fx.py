@@ -275,7 +275,7 @@ class Converter:
             if x.dtype not in DTYPES:
                 return "dtype %s (fusejit has %s)" % (str(x.dtype).replace("torch.", ""), ", ".join(DTYPES.values()))
             d = getattr(x, "device", None)
-            if d is not None and device is not None and d.type != device:
+            if d is not None and device is not None and d.type not in (device, "meta"):
                 return "its result is on %s (this executor runs on %s)" % (d, device)
             try:
                 for d in x.shape:
