@@ -67,13 +67,24 @@ static void lex_error(fj_lexer *lx, fj_token *tok, const char *fmt, ...)
 	advance(lx);
 }
 
+/* '//' at the current place is floor division (N//2, (N+1)//2), not a
+ * comment: it follows a size's last byte and a digit follows it, with no
+ * white space on either side (IR.md §1). */
+static bool at_floordiv(const fj_lexer *lx)
+{
+	if (peekc(lx, 0) != '/' || peekc(lx, 1) != '/' || !is_digit(peekc(lx, 2)) || lx->pos == 0)
+		return false;
+	int b = (unsigned char)lx->src[lx->pos - 1];
+	return is_id_char(b) || b == ')';
+}
+
 static void skip_space(fj_lexer *lx)
 {
 	for (;;) {
 		int c = peekc(lx, 0);
 		if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
 			advance(lx);
-		} else if (c == '/' && peekc(lx, 1) == '/') {
+		} else if (c == '/' && peekc(lx, 1) == '/' && !at_floordiv(lx)) {
 			while (lx->pos < lx->len && lx->src[lx->pos] != '\n')
 				advance(lx);
 		} else {
@@ -289,7 +300,7 @@ void fj_lex_next(fj_lexer *lx, fj_token *tok)
 	} punct[] = {
 		{'(', FJ_TOK_LPAREN}, {')', FJ_TOK_RPAREN}, {'{', FJ_TOK_LBRACE}, {'}', FJ_TOK_RBRACE},
 		{'[', FJ_TOK_LBRACKET}, {']', FJ_TOK_RBRACKET}, {',', FJ_TOK_COMMA}, {':', FJ_TOK_COLON},
-		{'=', FJ_TOK_EQUAL}, {'*', FJ_TOK_STAR},
+		{'=', FJ_TOK_EQUAL}, {'*', FJ_TOK_STAR}, {'+', FJ_TOK_PLUS},
 	};
 	for (size_t i = 0; i < sizeof punct / sizeof punct[0]; i++) {
 		if (c == punct[i].c) {
@@ -321,6 +332,19 @@ void fj_lex_next(fj_lexer *lx, fj_token *tok)
 	}
 	if (is_digit(c) || (c == '-' && (is_digit(peekc(lx, 1)) || word_at(lx, 1, "inf") || word_at(lx, 1, "nan")))) {
 		lex_number(lx, tok);
+		return;
+	}
+	if (c == '-') {
+		tok->kind = FJ_TOK_MINUS;
+		tok->n = 1;
+		advance(lx);
+		return;
+	}
+	if (at_floordiv(lx)) {
+		tok->kind = FJ_TOK_FLOORDIV;
+		tok->n = 2;
+		advance(lx);
+		advance(lx);
 		return;
 	}
 	if (c == '.' && is_digit(peekc(lx, 1))) {

@@ -30,7 +30,10 @@ typedef enum fj_tok_kind {
 	FJ_TOK_COMMA,
 	FJ_TOK_COLON,
 	FJ_TOK_EQUAL,
-	FJ_TOK_STAR
+	FJ_TOK_STAR,
+	FJ_TOK_PLUS,
+	FJ_TOK_MINUS,     /* a '-' that does not start a number */
+	FJ_TOK_FLOORDIV   /* '//' right after a size and right before a digit: N//2 */
 } fj_tok_kind;
 
 typedef struct fj_token {

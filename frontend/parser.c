@@ -122,6 +122,8 @@ static fj_status unexpected(parser *p, const char *what)
 {
 	if (p->tok.kind == FJ_TOK_ERROR)
 		return error_at(p, FJ_ERR_PARSE, loc_at(p, p->tok.eline, p->tok.ecol), "%s", p->tok.err);
+	if (p->tok.kind == FJ_TOK_PLUS || p->tok.kind == FJ_TOK_MINUS) /* only sizes have them */
+		return error_at(p, FJ_ERR_PARSE, tok_loc(p), "unexpected character '%c'", p->tok.p[0]);
 	char found[96];
 	describe(&p->tok, found, sizeof found);
 	return error_at(p, FJ_ERR_PARSE, tok_loc(p), "expected %s, found %s", what, found);
@@ -221,41 +223,107 @@ static fj_status float_value(parser *p, const fj_token *t, double *out)
 	return FJ_OK;
 }
 
-/* dim := term {'*' term}; term := INT | ID */
-static fj_status parse_dim(parser *p, fj_dim *out)
+/* dim := sum; sum := prod {('+'|'-') prod}; prod := atom {'*' atom | '//' INT};
+ * atom := INT | ID | '(' sum ')'. A '-' glued to a digit is lexed as a negative
+ * INT (s0-1): after a prod it is a subtraction. Each step goes through the
+ * IR's interning (fj_dim_add ...), so the result is canonical; a size that is
+ * negative whatever the symbols are is an error at the dim's start. */
+static fj_status parse_sum(parser *p, fj_dim *out);
+
+static fj_status dim_fail(parser *p, fj_loc start, const char *what)
 {
-	fj_loc start = tok_loc(p);
-	fj_dim d = 1;
-	int nsyms = 0;
-	for (;;) {
-		fj_dim t;
-		if (at(p, FJ_TOK_INT)) {
-			if (p->tok.i < 0)
-				return error_at(p, FJ_ERR_INVALID, tok_loc(p), "a size cannot be negative");
-			t = p->tok.i;
-		} else if (at(p, FJ_TOK_ID)) {
-			if (is_reserved(p->tok.p, p->tok.n))
-				return error_at(p, FJ_ERR_PARSE, tok_loc(p), "'%.*s' is reserved and cannot be a symbolic size",
-				                NAMEF(p->tok.p, p->tok.n));
-			if (++nsyms > 16)
-				return error_at(p, FJ_ERR_INVALID, tok_loc(p), "a size has at most 16 symbols");
-			if (fj_dim_symbol(p->m, p->tok.p, p->tok.n, &t) != FJ_OK)
-				return oom(p);
-		} else {
-			return unexpected(p, "a size (an integer or a symbol)");
-		}
-		if (!fj_dim_mul(p->m, d, t, &d)) {
-			if (p->m->oom)
-				return oom(p);
-			return error_at(p, FJ_ERR_INVALID, start, "size overflows (sizes are 64-bit)");
-		}
+	if (p->m->oom)
+		return oom(p);
+	return error_at(p, FJ_ERR_INVALID, start, "%s", what);
+}
+
+/* *out := the atom at the token (nsyms counts the symbols of the dim). */
+static fj_status parse_atom(parser *p, fj_dim *out, int *nsyms)
+{
+	fj_status st;
+	if (at(p, FJ_TOK_INT)) {
+		if (p->tok.i < 0)
+			return error_at(p, FJ_ERR_INVALID, tok_loc(p), "a size cannot be negative");
+		*out = p->tok.i;
+	} else if (at(p, FJ_TOK_ID)) {
+		if (is_reserved(p->tok.p, p->tok.n))
+			return error_at(p, FJ_ERR_PARSE, tok_loc(p), "'%.*s' is reserved and cannot be a symbolic size",
+			                NAMEF(p->tok.p, p->tok.n));
+		if (++*nsyms > 16)
+			return error_at(p, FJ_ERR_INVALID, tok_loc(p), "a size has at most 16 symbols");
+		if (fj_dim_symbol(p->m, p->tok.p, p->tok.n, out) != FJ_OK)
+			return oom(p);
+	} else if (at(p, FJ_TOK_LPAREN)) {
+		if (p->depth >= MAX_DEPTH)
+			return error_at(p, FJ_ERR_PARSE, tok_loc(p), "sizes are nested too deeply (at most %d levels)",
+			                MAX_DEPTH);
+		p->depth++;
 		next(p);
-		if (!accept(p, FJ_TOK_STAR))
-			break;
+		if ((st = parse_sum(p, out)))
+			return st;
+		p->depth--;
+		return expect(p, FJ_TOK_RPAREN, "')' or an operator of a size");
+	} else {
+		return unexpected(p, "a size (an integer or a symbol)");
 	}
-	*out = d;
+	next(p);
 	return FJ_OK;
 }
+
+/* prod, its first atom already in *out (first: true) or at the token */
+static fj_status parse_prod(parser *p, bool first, fj_dim *out, int *nsyms)
+{
+	fj_loc start = tok_loc(p);
+	fj_status st;
+	if (!first && (st = parse_atom(p, out, nsyms)))
+		return st;
+	for (;;) {
+		fj_dim t;
+		if (accept(p, FJ_TOK_STAR)) {
+			if ((st = parse_atom(p, &t, nsyms)))
+				return st;
+			if (!fj_dim_mul(p->m, *out, t, out))
+				return dim_fail(p, start, "size overflows (sizes are 64-bit)");
+		} else if (at(p, FJ_TOK_FLOORDIV)) {
+			next(p);
+			if (!at(p, FJ_TOK_INT) || p->tok.i < 1)
+				return unexpected(p, "a positive integer after '//'");
+			if (!fj_dim_floordiv(p->m, *out, p->tok.i, out))
+				return dim_fail(p, start, "size overflows (sizes are 64-bit)");
+			next(p);
+		} else {
+			return FJ_OK;
+		}
+	}
+}
+
+static fj_status parse_sum(parser *p, fj_dim *out)
+{
+	fj_loc start = tok_loc(p);
+	int nsyms = 0;
+	fj_status st = parse_prod(p, false, out, &nsyms);
+	while (st == FJ_OK) {
+		fj_dim t;
+		bool minus;
+		if (at(p, FJ_TOK_PLUS) || at(p, FJ_TOK_MINUS)) {
+			minus = at(p, FJ_TOK_MINUS);
+			next(p);
+			st = parse_prod(p, false, &t, &nsyms);
+		} else if (at(p, FJ_TOK_INT) && p->tok.i < 0 && p->tok.i != INT64_MIN) { /* s0-1 */
+			minus = true;
+			t = -p->tok.i;
+			next(p);
+			st = parse_prod(p, true, &t, &nsyms);
+		} else {
+			break;
+		}
+		if (st == FJ_OK && !(minus ? fj_dim_sub : fj_dim_add)(p->m, *out, t, out))
+			st = dim_fail(p, start, "size is negative or overflows (sizes are 64-bit and >= 0)");
+	}
+	return st;
+}
+
+static fj_status parse_dim(parser *p, fj_dim *out) { return parse_sum(p, out); }
 
 /* type := DTYPE '[' [dim {',' dim}] ']'; dims has FJ_MAX_RANK entries. */
 static fj_status parse_type(parser *p, fj_type *t, fj_dim *dims)
@@ -367,6 +435,8 @@ static fj_status parse_value(parser *p, fj_graph *g, fj_attr *out)
 		next(p);
 		return FJ_OK;
 	}
+	case FJ_TOK_LPAREN:
+		break; /* a size: (N+1)*2 */
 	default:
 		return unexpected(p, "an attribute value");
 	}

@@ -148,7 +148,8 @@ static bool copy_graph_into(cloner *c, const fj_graph *src, fj_graph *dst)
 	return true;
 }
 
-/* The module part: file name, symbols and size expressions, verbatim. */
+/* The module part: file name, symbols (derived symbols' definitions too) and
+ * size expressions, verbatim. */
 static bool copy_symbols(fj_module *dst, const fj_module *src)
 {
 	fj_arena *a = &dst->arena;
@@ -161,6 +162,13 @@ static bool copy_symbols(fj_module *dst, const fj_module *src)
 			return false;
 		for (uint32_t s = 0; s < src->nsymbols; s++)
 			if (!(dst->symbols[s] = fj_arena_strdup(a, src->symbols[s])))
+				return false;
+		dst->defs = dup_array(a, src->defs, src->nsymbols, sizeof *src->defs);
+		if (!dst->defs)
+			return false;
+		for (uint32_t s = 0; s < src->nsymbols; s++)
+			if (src->defs[s].nterms &&
+			    !(dst->defs[s].terms = dup_array(a, src->defs[s].terms, src->defs[s].nterms, sizeof(fj_symterm))))
 				return false;
 	}
 	dst->nexprs = dst->cap_exprs = src->nexprs;

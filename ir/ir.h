@@ -14,6 +14,19 @@
  * -(1+k) names entry k of the module's table of symbolic size expressions, each
  * a product coef * s1 * s2 * ... of symbols. Expressions are interned, so two
  * dims are equal exactly when their fj_dim values are equal.
+ *
+ * Sums, differences and floor division (IR.md §1: s0+1, s0-1, s0//2) keep
+ * every expression a product: the symbol table holds, besides the symbols
+ * bound at run time, derived symbols, each defined once by a canonical sum
+ * (sorted (coef, product) terms plus a constant) or by floor(dim / c). s0+1
+ * is then the product of one derived symbol, and (s0+1)*4 a product of it
+ * and 4, so every consumer of products (the binder, codegen's kernel symbols,
+ * partition's and recompute's costs, the C API's queries) works unchanged on
+ * them; the binder computes a derived symbol's value from the symbols of its
+ * definition, which always come earlier in the table (symval slots as any
+ * other symbol's). Definitions are interned too, and cheap identities hold:
+ * s0+1 == 1+s0, (s0+1)-1 == s0, s0+0 == s0, s0//1 == s0, (s0*4)//2 == s0*2,
+ * (s0//2)//3 == s0//6, and a sum of static sizes folds to an integer.
  */
 #ifndef FJ_IR_H
 #define FJ_IR_H
@@ -165,6 +178,29 @@ typedef struct fj_symexpr {
 	uint32_t *syms; /* indexes into the module's symbol table */
 } fj_symexpr;
 
+/* What a symbol is: bound at run time (from an input dim or --dim), or
+ * derived from other symbols by its definition. */
+typedef enum fj_symkind { FJ_SYM_BOUND, FJ_SYM_SUM, FJ_SYM_FLOORDIV } fj_symkind;
+
+/* One term coef * mono of a sum; mono is a symbolic product of coefficient 1. */
+typedef struct fj_symterm {
+	int64_t coef; /* never 0 */
+	fj_dim mono;
+} fj_symterm;
+
+/* A derived symbol's definition. FJ_SYM_SUM: terms[0] + ... + c, the terms
+ * sorted by mono (descending, that is in the order the monomials were
+ * interned), at least one, with two or more terms or c != 0 (a single term
+ * with no constant is that product itself). FJ_SYM_FLOORDIV: floor(of / c),
+ * c >= 2, of symbolic and not a multiple of c. */
+typedef struct fj_symdef {
+	fj_symkind kind;
+	uint32_t nterms;
+	fj_symterm *terms;
+	int64_t c;
+	fj_dim of;
+} fj_symdef;
+
 static inline bool fj_dim_is_static(fj_dim d) { return d >= 0; }
 /* The dim of symbol `name` (interned); FJ_ERR_* on allocation failure. */
 fj_status fj_dim_symbol(fj_module *m, const char *name, size_t len, fj_dim *out);
@@ -173,13 +209,39 @@ fj_status fj_dim_symbol(fj_module *m, const char *name, size_t len, fj_dim *out)
  * mark the module (fj_module_oom). */
 bool fj_dim_mul(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
 bool fj_dim_div(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
+/* a+b, a-b, floor(a/c) for a constant c >= 1: canonical where cheap (see
+ * above). They fail as fj_dim_mul does, and also when a static result would
+ * be negative (a-b with static a < b) or c < 1. A symbolic a-b is a size
+ * only where it evaluates >= 0: the binder refuses a negative one at run time. */
+bool fj_dim_add(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
+bool fj_dim_sub(fj_module *m, fj_dim a, fj_dim b, fj_dim *out);
+bool fj_dim_floordiv(fj_module *m, fj_dim a, int64_t c, fj_dim *out);
+/* Whether a floor division occurs in d (in a derived symbol of d, at any depth). */
+bool fj_dim_has_floordiv(const fj_module *m, fj_dim d);
+/* a + c for an integer c of either sign. */
+bool fj_dim_add_int(fj_module *m, fj_dim a, int64_t c, fj_dim *out);
+/* Symbol sym's definition (kind FJ_SYM_BOUND for a bound symbol). */
+const fj_symdef *fj_symbol_def(const fj_module *m, uint32_t sym);
+static inline bool fj_symbol_is_derived(const fj_module *m, uint32_t sym)
+{
+	return fj_symbol_def(m, sym)->kind != FJ_SYM_BOUND;
+}
+/* The value of derived symbol s from val[k], the values of the symbols
+ * before it (< 0: unknown; a definition only uses earlier symbols, so filling
+ * the table in order computes them all). False when a symbol it uses is
+ * unknown, on overflow, or when the value is negative (*neg set). */
+bool fj_symbol_eval(const fj_module *m, uint32_t s, const int64_t *val, int64_t *out, bool *neg);
 /* Product of n dims (1 for n == 0). */
 bool fj_dim_product(fj_module *m, const fj_dim *d, int n, fj_dim *out);
 const fj_symexpr *fj_dim_expr(const fj_module *m, fj_dim d); /* d < 0 */
 const char *fj_symbol_name(const fj_module *m, uint32_t sym);
 uint32_t fj_symbol_count(const fj_module *m);
-/* Writes the dim as text: "4096", "N", "N*4096" (the coefficient last, as written). */
+/* Writes the dim as text: "4096", "N", "N*4096" (the coefficient last, as
+ * written), "s0+1", "(s0+1)*4", "s0//2" (IR.md §1's canonical form; it parses
+ * back to the same dim). */
 int fj_dim_format(const fj_module *m, fj_dim d, char *buf, size_t size);
+/* Writes a derived symbol's definition as text (its name): "s0+1", "s0//2". */
+int fj_symdef_format(const fj_module *m, const fj_symdef *d, char *buf, size_t size);
 /* Python's slice bounds on a dim of static size: a negative start or end
  * counts from the end (clamped at 0), both are clamped to size, and end is
  * raised to start. */
@@ -375,7 +437,8 @@ struct fj_module {
 	const char *file;   /* the file the module was parsed from, or NULL */
 	fj_graph **graphs;
 	uint32_t ngraphs, cap_graphs;
-	char **symbols;
+	char **symbols;     /* a derived symbol's name is its definition's text */
+	fj_symdef *defs;    /* per symbol */
 	uint32_t nsymbols, cap_symbols;
 	fj_symexpr *exprs;
 	uint32_t nexprs, cap_exprs;
