@@ -228,9 +228,22 @@ fj_status fj_cg_emit_layout(fj_cg *cg, fj_cg_kernel *k)
 			int64_t step = sd->kind == FJ_AK_LIST && i < (int)sd->n ? sd->u.items[i].u.i : 1;
 			l.sstride[i] = LLVMBuildNSWMul(cg->b, t->stride[i], fj_cg_i64(cg, step), "");
 			if (i < (int)st->n) {
-				if (st->u.items[i].kind != FJ_AK_INT)
-					return fj_cg_error(cg, FJ_ERR_UNSUPPORTED, n, "a symbolic slice start");
-				LLVMValueRef b = LLVMBuildNSWMul(cg->b, t->stride[i], fj_cg_i64(cg, st->u.items[i].u.i), "");
+				LLVMValueRef s;
+				if (st->u.items[i].kind == FJ_AK_INT) {
+					s = fj_cg_i64(cg, st->u.items[i].u.i);
+				} else {
+					/* A symbolic start (x[:, -3:], the gradient of a cat) slices
+					 * to the end, stride 1: start = size - length. The limit is
+					 * no kernel argument, but the key holds the types and start. */
+					const fj_attr *lm = attr(cg, n, "limit");
+					const fj_type *xt = &k->g->values[n->opnds[0]].type;
+					if (step != 1 || i >= (int)lm->n || lm->u.items[i].kind != FJ_AK_DIM ||
+					    lm->u.items[i].u.dim != xt->dims[i])
+						return fj_cg_error(cg, FJ_ERR_UNSUPPORTED, n,
+						                   "a symbolic slice start that does not slice to the end");
+					s = LLVMBuildNSWSub(cg->b, t->dim[i], o->dim[i], "");
+				}
+				LLVMValueRef b = LLVMBuildNSWMul(cg->b, t->stride[i], s, "");
 				l.sbase = LLVMBuildNSWAdd(cg->b, l.sbase, b, "");
 			}
 		}

@@ -179,13 +179,14 @@ fj_status fj_infer_prim_pad(fj_infer *ic)
 	for (int k = 0; k < x->rank; k++) {
 		int64_t l = fj_attr_as_int(&lo->u.items[k]), h = fj_attr_as_int(&hi->u.items[k]);
 		fj_dim s = x->dims[k];
-		if (!fj_dim_is_static(s)) {
-			if (l || h) {
+		if (!fj_dim_is_static(s)) { /* s+l+h: a negative one is refused at run time */
+			if (!fj_dim_add_int(ic->m, s, l, &dims[k]) || !fj_dim_add_int(ic->m, dims[k], h, &dims[k])) {
 				char b[64];
-				return fj_infer_error(ic, "cannot pad dim %d of symbolic size %s",
-				                      k, fj_ic_dim_str(ic, s, b, sizeof b));
+				return ic->m->oom ? FJ_ERR_NOMEM
+				                  : fj_infer_error(ic, "padding dim %d of size %s by %lld and %lld leaves a "
+				                                   "negative size", k, fj_ic_dim_str(ic, s, b, sizeof b),
+				                                   (long long)l, (long long)h);
 			}
-			dims[k] = s;
 			continue;
 		}
 		int64_t n;

@@ -3,9 +3,14 @@
  *
  * Shapes follow PyTorch: reshape with -1 (symbolic sizes through
  * fj_dim_mul/fj_dim_div), permute, expand, slice with PyTorch's clamping,
- * cat, torch.matmul's 1-d and batched cases. Symbolic sizes are kept where
- * the result is a product of them and refused with a clear message where it
- * would need a sum (cat and slice of a symbolic dim, arange of a symbol).
+ * cat, torch.matmul's 1-d and batched cases. Symbolic sizes are kept: cat
+ * along a symbolic dim sums the sizes (s0+s1), a slice of a symbolic dim is
+ * end - start (s0-1 for x[:, 1:]; (s0+1)//2 with step 2) without PyTorch's
+ * clamping, which the binder's run-time check of each node (runtime/binder.h)
+ * enforces: a size where clamping would give another length, or a negative
+ * one, is refused at run time. A reshape whose sizes hold a floor division
+ * (s0//2) cannot be proven to keep the element count and is checked at run
+ * time the same way. Refused with a clear message: arange of a symbol.
  * Every function is linear in the ranks and the operand count. */
 #include <math.h>
 #include <string.h>
@@ -85,7 +90,7 @@ static fj_status reshape_to(fj_infer *ic, const fj_type *x, const fj_attr *shape
 	} else {
 		if ((st = fj_ic_numel(ic, dims, rank, &known)) != FJ_OK)
 			return st;
-		if (known != numel)
+		if (known != numel && !fj_dim_has_floordiv(ic->m, known) && !fj_dim_has_floordiv(ic->m, numel))
 			return fj_infer_error(ic, "shape %s is invalid for an input of %s elements (%s)",
 			                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1),
 			                      fj_ic_dim_str(ic, numel, b3, sizeof b3), fj_ic_type_str(ic, x, b2, sizeof b2));
@@ -258,6 +263,50 @@ fj_status fj_infer_prim_squeeze(fj_infer *ic) { return fj_infer_squeeze(ic); }
 
 #define FJ_SLICE_END_MAX (INT64_MAX / 2) /* sys.maxsize-like ends mean "to the end" */
 
+/* ceil(len / step): (len+step-1)//step for a symbolic len. */
+static fj_status slice_len(fj_infer *ic, fj_dim len, int64_t step, fj_dim *out)
+{
+	if (step == 1) {
+		*out = len;
+		return FJ_OK;
+	}
+	if (fj_dim_add_int(ic->m, len, step - 1, out) && fj_dim_floordiv(ic->m, *out, step, out))
+		return FJ_OK;
+	return ic->m->oom ? FJ_ERR_NOMEM : fj_infer_error(ic, "the sliced size overflows 64 bits");
+}
+
+/* end - start of a slice of dim d of symbolic size (or with symbolic bounds),
+ * unclamped: a negative start or end counts from the end, none and
+ * sys.maxsize-like ends are the size. Two non-negative integer bounds give
+ * PyTorch's length (0 when end <= start). */
+static fj_status slice_bounds(fj_infer *ic, fj_dim size, const fj_attr *sa, const fj_attr *ea, int d, fj_dim *len)
+{
+	bool ok = true;
+	fj_dim s = 0, e = size;
+	if (sa->kind == FJ_AK_DIM)
+		s = sa->u.dim;
+	else if (!fj_attr_is_none(sa))
+		ok = sa->u.i >= 0 ? (s = sa->u.i, true) : fj_dim_add_int(ic->m, size, sa->u.i, &s);
+	if (ea->kind == FJ_AK_DIM)
+		e = ea->u.dim;
+	else if (!fj_attr_is_none(ea) && ea->u.i < FJ_SLICE_END_MAX)
+		ok = ok && (ea->u.i >= 0 ? (e = ea->u.i, true) : fj_dim_add_int(ic->m, size, ea->u.i, &e));
+	if (ok && fj_dim_is_static(s) && fj_dim_is_static(e) && e <= s) {
+		*len = 0;
+		return FJ_OK;
+	}
+	if (ok && fj_dim_sub(ic->m, e, s, len))
+		return FJ_OK;
+	char b1[64], b2[64], b3[64];
+	if (ic->m->oom)
+		return FJ_ERR_NOMEM;
+	if (!ok)
+		return fj_infer_error(ic, "a slice bound of dim %d of size %s overflows", d,
+		                      fj_ic_dim_str(ic, size, b1, sizeof b1));
+	return fj_infer_error(ic, "slice [%s, %s) of dim %d of size %s has a negative length", fj_ic_dim_str(ic, s, b1, sizeof b1),
+	                      fj_ic_dim_str(ic, e, b2, sizeof b2), d, fj_ic_dim_str(ic, size, b3, sizeof b3));
+}
+
 fj_status fj_infer_slice(fj_infer *ic)
 {
 	const fj_type *x = ic->in[0];
@@ -273,15 +322,10 @@ fj_status fj_infer_slice(fj_infer *ic)
 		return fj_infer_error(ic, "slice step must be positive, got %lld", (long long)step);
 	fj_dim size = x->dims[d], len;
 	if (!fj_dim_is_static(size) || sa->kind == FJ_AK_DIM || ea->kind == FJ_AK_DIM) {
-		bool whole_start = fj_attr_is_none(sa) || (sa->kind == FJ_AK_INT && sa->u.i == 0);
-		bool whole_end = fj_attr_is_none(ea) || (ea->kind == FJ_AK_INT && ea->u.i >= FJ_SLICE_END_MAX) ||
-		                 (ea->kind == FJ_AK_DIM && ea->u.dim == size);
-		if (!(whole_start && whole_end && step == 1)) {
-			char b[64];
-			return fj_infer_error(ic, "slicing dim %d of symbolic size %s is only supported over the whole "
-			                      "dim (start 0, end none, step 1)", d, fj_ic_dim_str(ic, size, b, sizeof b));
-		}
-		len = size;
+		if ((st = slice_bounds(ic, size, sa, ea, d, &len)) != FJ_OK)
+			return st;
+		if ((st = slice_len(ic, len, step, &len)) != FJ_OK)
+			return st;
 	} else {
 		int64_t start = fj_attr_is_none(sa) ? 0 : fj_attr_as_int(sa);
 		int64_t end = fj_attr_is_none(ea) ? INT64_MAX : fj_attr_as_int(ea);
@@ -310,10 +354,17 @@ fj_status fj_infer_prim_slice(fj_infer *ic)
 		if (stride <= 0)
 			return fj_infer_error(ic, "strides must be positive, got %lld at dim %d", (long long)stride, k);
 		if (!fj_dim_is_static(size) || !fj_dim_is_static(s) || !fj_dim_is_static(l)) {
-			if (!(s == 0 && l == size && stride == 1))
-				return fj_infer_error(ic, "slicing dim %d of symbolic size %s is only supported over the "
-				                      "whole dim", k, fj_ic_dim_str(ic, size, b, sizeof b));
-			dims[k] = size;
+			fj_dim len;
+			if (!fj_dim_sub(ic->m, l, s, &len)) {
+				char b2[64];
+				return ic->m->oom ? FJ_ERR_NOMEM
+				                  : fj_infer_error(ic, "slice [%s, %s) of dim %d has a negative length",
+				                                   fj_ic_dim_str(ic, s, b, sizeof b),
+				                                   fj_ic_dim_str(ic, l, b2, sizeof b2), k);
+			}
+			fj_status st = slice_len(ic, len, stride, &dims[k]);
+			if (st != FJ_OK)
+				return st;
 			continue;
 		}
 		if (s < 0 || s > l || l > size)
@@ -340,8 +391,7 @@ fj_status fj_infer_cat(fj_infer *ic)
 	fj_rtstate rt;
 	fj_rt_init(&rt);
 	int64_t total = 0;
-	fj_dim sym = 0; /* the one symbolic size seen along dim, 0: none */
-	int64_t nsym = 0;
+	fj_dim sym = 0; /* the sum of the symbolic sizes along dim */
 	for (uint32_t i = 0; i < ic->nin; i++) {
 		const fj_type *t = ic->in[i];
 		if (!t)
@@ -360,20 +410,13 @@ fj_status fj_infer_cat(fj_infer *ic)
 		if (fj_dim_is_static(s)) {
 			if (__builtin_add_overflow(total, s, &total))
 				return fj_infer_error(ic, "the concatenated size overflows 64 bits");
-		} else if (sym == 0 || sym == s) {
-			sym = s;
-			nsym++;
-		} else {
-			return fj_infer_error(ic, "cannot concatenate different symbolic sizes along dim %d", d);
+		} else if (!fj_dim_add(ic->m, sym, s, &sym)) {
+			return ic->m->oom ? FJ_ERR_NOMEM : fj_infer_error(ic, "the concatenated size overflows 64 bits");
 		}
 	}
 	fj_dim len = total;
-	if (nsym) {
-		if (total != 0)
-			return fj_infer_error(ic, "cannot concatenate symbolic and static sizes along dim %d", d);
-		if (!fj_dim_mul(ic->m, sym, nsym, &len))
-			return ic->m->oom ? FJ_ERR_NOMEM : fj_infer_error(ic, "the concatenated size overflows 64 bits");
-	}
+	if (sym && !fj_dim_add(ic->m, sym, total, &len))
+		return ic->m->oom ? FJ_ERR_NOMEM : fj_infer_error(ic, "the concatenated size overflows 64 bits");
 	st = out_like(ic, 0, x, prims ? x->dtype : fj_rt_result(&rt));
 	if (st == FJ_OK)
 		ic->out[0].dims[d] = len;

@@ -92,6 +92,30 @@ static fj_status rule_squeeze(fj_dec *d)
 	return ret(d, fj_dec_op(d, FJ_OP_PRIMS_SQUEEZE, &x, 1, &at, 1));
 }
 
+/* The bounds of a slice of a symbolic size (or with symbolic bounds) as
+ * inference takes them (ir/infer_shape.c): unclamped, a negative bound
+ * counting from the end; the binder checks at run time that clamping would
+ * not change them. False only when out of memory (inference succeeded). */
+static bool sym_bounds(fj_dec *d, fj_dim size, fj_dim *start, fj_dim *end)
+{
+	fj_module *m = d->g->module;
+	const fj_attr *sa = fj_dec_attr(d, "start"), *ea = fj_dec_attr(d, "end");
+	*start = 0;
+	*end = size;
+	bool ok = true;
+	if (sa->kind == FJ_AK_DIM)
+		*start = sa->u.dim;
+	else if (!fj_attr_is_none(sa))
+		ok = sa->u.i >= 0 ? (*start = sa->u.i, true) : fj_dim_add_int(m, size, sa->u.i, start);
+	if (ea->kind == FJ_AK_DIM)
+		*end = ea->u.dim;
+	else if (!fj_attr_is_none(ea) && ea->u.i < INT64_MAX / 2)
+		ok = ok && (ea->u.i >= 0 ? (*end = ea->u.i, true) : fj_dim_add_int(m, size, ea->u.i, end));
+	if (ok && fj_dim_is_static(*start) && fj_dim_is_static(*end) && *end < *start)
+		*end = *start;
+	return ok;
+}
+
 /* slice{dim, start, end, step} with PyTorch's clamping -> prims.slice. */
 static fj_status rule_slice(fj_dec *d)
 {
@@ -100,17 +124,26 @@ static fj_status rule_slice(fj_dec *d)
 	int dim = fj_dec_dim(fj_dec_int(d, "dim"), t->rank);
 	fj_dim size = t->dims[dim];
 	int64_t step = fj_dec_int(d, "step");
-	if (!fj_dim_is_static(size)) /* only whole-dim slices of symbolic dims pass inference */
-		return ret(d, x);
-	int64_t start = fj_dec_is_none(d, "start") ? 0 : fj_dec_int(d, "start");
-	int64_t end = fj_dec_is_none(d, "end") ? INT64_MAX : fj_dec_int(d, "end");
-	fj_slice_clamp(size, &start, &end);
-	if (start == 0 && end == size && step == 1)
-		return ret(d, x);
+	fj_dim start, end;
+	if (!fj_dim_is_static(size) || fj_dec_attr(d, "start")->kind == FJ_AK_DIM ||
+	    fj_dec_attr(d, "end")->kind == FJ_AK_DIM) {
+		if (!sym_bounds(d, size, &start, &end))
+			return fj_b_fail(&d->b, FJ_ERR_NOMEM, "out of memory");
+		if (start == 0 && end == size && step == 1)
+			return ret(d, x);
+	} else {
+		int64_t s0 = fj_dec_is_none(d, "start") ? 0 : fj_dec_int(d, "start");
+		int64_t e0 = fj_dec_is_none(d, "end") ? INT64_MAX : fj_dec_int(d, "end");
+		fj_slice_clamp(size, &s0, &e0);
+		if (s0 == 0 && e0 == size && step == 1)
+			return ret(d, x);
+		start = s0;
+		end = e0;
+	}
 	fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK], st[FJ_MAX_RANK];
 	for (int k = 0; k < t->rank; k++) {
-		s[k] = fj_attr_int(k == dim ? start : 0);
-		l[k] = k == dim ? fj_attr_int(end) : fj_attr_size(t->dims[k]);
+		s[k] = k == dim ? fj_attr_size(start) : fj_attr_int(0);
+		l[k] = k == dim ? fj_attr_size(end) : fj_attr_size(t->dims[k]);
 		st[k] = fj_attr_int(k == dim ? step : 1);
 	}
 	fj_named_attr at[3] = {{"start", fj_attr_list(d->g, s, t->rank)},

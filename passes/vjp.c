@@ -389,6 +389,88 @@ static fj_vid pad(fj_ad *a, fj_vid x, const int64_t *lo, const int64_t *hi)
 /* The gradient of a slice: strided dims first interleave zeros (reshape to
  * [.., n, 1, ..], pad to [.., n, s, ..], merge), then one pad puts every dim
  * back at its offset (negative high pads crop the interleaving's overhang). */
+/* g with stride - 1 zeros after each entry along dim k: reshape to
+ * [.., n, 1, ..], pad to [.., n, stride, ..], merge to [.., n*stride, ..]. */
+static fj_vid interleave(fj_ad *a, fj_vid g, int k, int64_t stride)
+{
+	const fj_type *gt = ty(a, g);
+	int r = gt->rank;
+	fj_dim d[FJ_MAX_RANK + 1], n = gt->dims[k];
+	memcpy(d, gt->dims, (size_t)(k + 1) * sizeof *d);
+	d[k + 1] = 1;
+	memcpy(d + k + 2, gt->dims + k + 1, (size_t)(r - k - 1) * sizeof *d);
+	g = reshape(a, g, d, r + 1);
+	int64_t plo[FJ_MAX_RANK + 1] = {0}, phi[FJ_MAX_RANK + 1] = {0};
+	phi[k + 1] = stride - 1;
+	g = pad(a, g, plo, phi);
+	memcpy(d, ty(a, g)->dims, (size_t)k * sizeof *d);
+	memcpy(d + k + 1, ty(a, g)->dims + k + 2, (size_t)(r - k - 1) * sizeof *d);
+	if (!fj_dim_mul(a->g->module, n, stride, &d[k])) {
+		fj_b_fail(&a->b, FJ_ERR_UNSUPPORTED, "autodiff: the size of a strided slice's gradient overflows");
+		return g;
+	}
+	return reshape(a, g, d, r);
+}
+
+/* The gradient of a strided slice of dim k of symbolic size from a static
+ * start: interleave zeros, pad start zeros in front, and crop the
+ * interleaving's overhang (at most stride - 1) at the size. */
+static fj_vid unslice_strided_sym(fj_ad *a, fj_vid g, int k, int64_t start, int64_t stride)
+{
+	const fj_type *x = ty(a, X0);
+	int r = x->rank;
+	g = interleave(a, g, k, stride);
+	int64_t lo[FJ_MAX_RANK] = {0}, hi[FJ_MAX_RANK] = {0};
+	lo[k] = start;
+	g = pad(a, g, lo, hi);
+	if (fj_b_status(&a->b))
+		return g;
+	fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK];
+	for (int q = 0; q < r; q++) {
+		s[q] = fj_attr_int(0);
+		l[q] = fj_attr_size(x->dims[q]);
+	}
+	fj_named_attr at[2] = {{"start", fj_attr_list(a->g, s, (uint32_t)r)}, {"limit", fj_attr_list(a->g, l, (uint32_t)r)}};
+	return op(a, FJ_OP_PRIMS_SLICE, &g, 1, at, 2);
+}
+
+/* The gradient of a slice along dim k of symbolic size (or with symbolic
+ * bounds), stride 1: g between zeros of the lengths start and size - limit
+ * (a pad when both are integers, else a cat with zero fills). */
+static fj_vid unslice_sym(fj_ad *a, fj_vid g, int k, fj_dim start, fj_dim limit)
+{
+	const fj_type *x = ty(a, X0);
+	fj_dim hi;
+	if (!fj_dim_sub(a->g->module, x->dims[k], limit, &hi)) {
+		fj_b_fail(&a->b, FJ_ERR_UNSUPPORTED, "autodiff: a slice past the end of a dim of symbolic size");
+		return g;
+	}
+	int r = x->rank;
+	if (fj_dim_is_static(start) && fj_dim_is_static(hi)) {
+		int64_t lo[FJ_MAX_RANK] = {0}, h[FJ_MAX_RANK] = {0};
+		lo[k] = start;
+		h[k] = hi;
+		return pad(a, g, lo, h);
+	}
+	fj_vid parts[3];
+	uint32_t n = 0;
+	fj_dim d[FJ_MAX_RANK];
+	memcpy(d, ty(a, g)->dims, (size_t)r * sizeof *d);
+	if (start != 0) {
+		d[k] = start;
+		parts[n++] = full(a, d, r, 0.0, ty(a, g)->dtype);
+	}
+	parts[n++] = g;
+	if (hi != 0) {
+		d[k] = hi;
+		parts[n++] = full(a, d, r, 0.0, ty(a, g)->dtype);
+	}
+	if (n == 1)
+		return g;
+	fj_named_attr at = {"dim", fj_attr_int(k)};
+	return op(a, FJ_OP_PRIMS_CAT, parts, n, &at, 1);
+}
+
 static fj_status vjp_slice(fj_ad *a)
 {
 	const fj_type *x = ty(a, X0);
@@ -400,8 +482,19 @@ static fj_status vjp_slice(fj_ad *a)
 		const fj_attr *s = &sa->u.items[k], *l = &la->u.items[k];
 		int64_t stride = ta->n ? fj_attr_as_int(&ta->u.items[k]) : 1;
 		lo[k] = hi[k] = 0;
-		if (!fj_dim_is_static(x->dims[k]) || s->kind == FJ_AK_DIM || l->kind == FJ_AK_DIM)
-			continue; /* only whole symbolic dims slice */
+		if (!fj_dim_is_static(x->dims[k]) || s->kind == FJ_AK_DIM || l->kind == FJ_AK_DIM) {
+			fj_dim start = s->kind == FJ_AK_DIM ? s->u.dim : s->u.i, limit = l->kind == FJ_AK_DIM ? l->u.dim : l->u.i;
+			if (start == 0 && limit == x->dims[k] && stride == 1)
+				continue;
+			if (stride != 1 && (!fj_dim_is_static(start) || limit != x->dims[k]))
+				return fj_b_fail(&a->b, FJ_ERR_UNSUPPORTED,
+				                 "autodiff: a strided slice of a dim of symbolic size is supported from an "
+				                 "integer start to the end");
+			g = stride == 1 ? unslice_sym(a, g, k, start, limit) : unslice_strided_sym(a, g, k, start, stride);
+			if (fj_b_status(&a->b))
+				return fj_b_status(&a->b);
+			continue;
+		}
 		int64_t start = s->u.i, limit = l->u.i, size = x->dims[k];
 		if (stride == 1) {
 			lo[k] = start;
@@ -412,17 +505,7 @@ static fj_status vjp_slice(fj_ad *a)
 		if (fj_b_status(&a->b))
 			break;
 		int64_t n = gt->dims[k];
-		fj_dim d[FJ_MAX_RANK + 1];
-		memcpy(d, gt->dims, (size_t)(k + 1) * sizeof *d);
-		d[k + 1] = 1;
-		memcpy(d + k + 2, gt->dims + k + 1, (size_t)(r - k - 1) * sizeof *d);
-		g = reshape(a, g, d, r + 1);
-		int64_t plo[FJ_MAX_RANK + 1] = {0}, phi[FJ_MAX_RANK + 1] = {0};
-		phi[k + 1] = stride - 1;
-		g = pad(a, g, plo, phi);
-		memcpy(d, gt->dims, (size_t)r * sizeof *d);
-		d[k] = n * stride;
-		g = reshape(a, g, d, r);
+		g = interleave(a, g, k, stride);
 		lo[k] = start;
 		hi[k] = size - start - n * stride;
 	}
@@ -445,28 +528,27 @@ static fj_status vjp_cat(fj_ad *a)
 {
 	const fj_type *y = ty(a, Y0);
 	int r = y->rank, d = norm_dim(fj_attr_as_int(attr(a, "dim")), r);
-	int64_t off = 0;
+	fj_dim off = 0; /* symbolic along a dim of symbolic size (s0+s1) */
 	for (uint32_t i = 0; i < a->n->nopnds && !fj_b_status(&a->b); i++) {
 		const fj_type *x = ty(a, a->in[i]);
-		if (!fj_dim_is_static(x->dims[d])) {
-			if (a->n->nopnds == 1) {
-				set(a, (int)i, G0);
-				continue;
-			}
-			return fj_b_fail(&a->b, FJ_ERR_UNSUPPORTED,
-			                 "autodiff: prims.cat along a dim of symbolic size is not supported");
+		if (a->n->nopnds == 1) {
+			set(a, (int)i, G0);
+			continue;
 		}
+		fj_dim end;
+		if (!fj_dim_add(a->g->module, off, x->dims[d], &end))
+			return fj_b_fail(&a->b, FJ_ERR_NOMEM, "out of memory");
 		if (a->want[i]) {
 			fj_attr s[FJ_MAX_RANK], l[FJ_MAX_RANK];
 			for (int k = 0; k < r; k++) {
-				s[k] = fj_attr_int(k == d ? off : 0);
-				l[k] = k == d ? fj_attr_int(off + x->dims[d]) : fj_attr_size(y->dims[k]);
+				s[k] = k == d ? fj_attr_size(off) : fj_attr_int(0);
+				l[k] = k == d ? fj_attr_size(end) : fj_attr_size(y->dims[k]);
 			}
 			fj_named_attr at[2] = {{"start", fj_attr_list(a->g, s, (uint32_t)r)},
 			                       {"limit", fj_attr_list(a->g, l, (uint32_t)r)}};
 			set(a, (int)i, op(a, FJ_OP_PRIMS_SLICE, &G0, 1, at, 2));
 		}
-		off += x->dims[d];
+		off = end;
 	}
 	return fj_b_status(&a->b);
 }
