@@ -977,7 +977,7 @@ static fj_status saved_dims(fj_context *ctx, const fj_saved *saved, run_scratch 
 	size_t k = r->ndims;
 	for (uint32_t s = 0; s < saved->nsyms; s++) {
 		const char *name = fj_symbol_name(saved->p->m, s);
-		bool given = saved->syms[s] < 0;
+		bool given = saved->syms[s] < 0 || fj_symbol_is_derived(saved->p->m, s); /* derived: computed */
 		for (size_t j = 0; j < r->ndims && !given; j++)
 			given = strcmp(r->dims[j].name, name) == 0;
 		if (!given)

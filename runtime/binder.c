@@ -166,7 +166,7 @@ static void sym_values_str(const fj_rt_binding *p, const uint8_t *used, char *bu
 	size_t k = 0;
 	buf[0] = 0;
 	for (uint32_t s = 0; s < p->nsyms && k + 1 < size; s++)
-		if (used[s] && p->symval[s] >= 0)
+		if (used[s] && p->symval[s] >= 0 && !fj_symbol_is_derived(p->m, s))
 			k += (size_t)snprintf(buf + k, size - k, "%s%s=%lld", k ? ", " : "", fj_symbol_name(p->m, s),
 			                      (long long)p->symval[s]);
 }
@@ -309,7 +309,7 @@ static fj_status bind_inputs(binder *b, const fj_rt_tensor *const *inputs)
 				continue;
 			}
 			const fj_symexpr *e = fj_dim_expr(p->m, d);
-			if (e->nsyms == 1 && e->coef == 1)
+			if (e->nsyms == 1 && e->coef == 1 && !fj_symbol_is_derived(p->m, e->syms[0]))
 				st = bind_sym(b, e->syms[0], t->dims[k], (sym_src){(int32_t)i, k});
 		}
 	}
@@ -321,8 +321,9 @@ static fj_status bind_dim_args(binder *b, const fj_rt_dimarg *dims, size_t ndims
 {
 	fj_rt_binding *p = b->p;
 	for (size_t k = 0; k < ndims; k++) {
-		uint32_t s = 0;
-		while (s < p->nsyms && strcmp(fj_symbol_name(p->m, s), dims[k].name) != 0)
+		uint32_t s = 0; /* a derived symbol (s0+1) is no name: --dim gives symbols */
+		while (s < p->nsyms &&
+		       (fj_symbol_is_derived(p->m, s) || strcmp(fj_symbol_name(p->m, s), dims[k].name) != 0))
 			s++;
 		if (s == p->nsyms)
 			return fj_error_status(p->ctx, FJ_ERR_RUNTIME, (fj_loc){0},
@@ -336,6 +337,76 @@ static fj_status bind_dim_args(binder *b, const fj_rt_dimarg *dims, size_t ndims
 			return st;
 	}
 	return FJ_OK;
+}
+
+/* The derived symbols (s0+1, s0//2) whose symbols are known, in table
+ * order (a definition names earlier symbols only); a negative one that the
+ * graph uses (used, when not NULL) is an error, named with the symbols'
+ * values. */
+static fj_status eval_derived(fj_rt_binding *p, const uint8_t *used)
+{
+	for (uint32_t s = 0; s < p->nsyms; s++) {
+		if (!fj_symbol_is_derived(p->m, s) || p->symval[s] >= 0)
+			continue;
+		bool neg = false;
+		if (fj_symbol_eval(p->m, s, p->symval, &p->symval[s], &neg))
+			continue;
+		p->symval[s] = -1;
+		if (!neg || !used || !used[s])
+			continue;
+		char syms[300];
+		size_t k = 0;
+		syms[0] = 0;
+		for (uint32_t q = 0; q < s && k + 1 < sizeof syms; q++)
+			if (!fj_symbol_is_derived(p->m, q) && p->symval[q] >= 0)
+				k += (size_t)snprintf(syms + k, sizeof syms - k, "%s%s=%lld", k ? ", " : "", fj_symbol_name(p->m, q),
+				                      (long long)p->symval[q]);
+		return fj_error_status(p->ctx, FJ_ERR_RUNTIME, (fj_loc){0}, "size %s is negative at run time (with %s)",
+		                       fj_symbol_name(p->m, s), syms);
+	}
+	return FJ_OK;
+}
+
+/* Binds symbol u (unbound) to value v found at dim k of input i: a bound
+ * symbol directly; a derived sum whose terms are known but one, a bound
+ * symbol with coefficient 1 (s0+1, s0-1, P+S with S known), by solving for
+ * that symbol; nothing for the others (s0//2, s0*2+1). */
+static fj_status solve_symbol(binder *b, uint32_t i, const fj_rt_tensor *t, int k, uint32_t u, int64_t v,
+                              bool *progress)
+{
+	fj_rt_binding *p = b->p;
+	const fj_symdef *def = fj_symbol_def(p->m, u);
+	if (def->kind == FJ_SYM_BOUND) {
+		*progress = true;
+		return bind_sym(b, u, v, (sym_src){(int32_t)i, k});
+	}
+	if (def->kind != FJ_SYM_SUM)
+		return FJ_OK;
+	int64_t rest = def->c, tv;
+	int64_t unk = -1;
+	for (uint32_t q = 0; q < def->nterms; q++) {
+		const fj_symexpr *e = fj_dim_expr(p->m, def->terms[q].mono);
+		if (fj_rt_eval_dim(p, p->m, def->terms[q].mono, &tv)) {
+			if (__builtin_mul_overflow(tv, def->terms[q].coef, &tv) || __builtin_add_overflow(rest, tv, &rest))
+				return FJ_OK;
+		} else if (unk < 0 && def->terms[q].coef == 1 && e->nsyms == 1 && e->coef == 1 &&
+		           !fj_symbol_is_derived(p->m, e->syms[0]) && p->symval[e->syms[0]] < 0) {
+			unk = e->syms[0];
+		} else {
+			return FJ_OK; /* two unknown terms, or one we cannot solve for */
+		}
+	}
+	int64_t x;
+	if (unk < 0)
+		return FJ_OK;
+	if (__builtin_sub_overflow(v, rest, &x) || x < 0) {
+		char why[200];
+		snprintf(why, sizeof why, "size %lld at dim %d cannot be %s for any size %s", (long long)t->dims[k], k,
+		         fj_symbol_name(p->m, u), fj_symbol_name(p->m, (uint32_t)unk));
+		return mismatch(b, i, t, why);
+	}
+	*progress = true;
+	return bind_sym(b, (uint32_t)unk, x, (sym_src){(int32_t)i, k});
 }
 
 /* 3. a product dim of input i: solves for its one unbound symbol (*progress
@@ -373,8 +444,7 @@ static fj_status solve_product(binder *b, uint32_t i, const fj_rt_tensor *t, int
 		         (long long)known, dd);
 		return mismatch(b, i, t, why);
 	}
-	*progress = true;
-	return bind_sym(b, unb, t->dims[k] / known, (sym_src){(int32_t)i, k});
+	return solve_symbol(b, i, t, k, unb, t->dims[k] / known, progress);
 }
 
 static fj_status solve_products(binder *b, const fj_rt_tensor *const *inputs)
@@ -383,6 +453,8 @@ static fj_status solve_products(binder *b, const fj_rt_tensor *const *inputs)
 	fj_status st = FJ_OK;
 	for (bool progress = true; progress && st == FJ_OK;) {
 		progress = false;
+		if ((st = eval_derived(b->p, NULL)) != FJ_OK)
+			break;
 		for (uint32_t i = 0; i < g->nparams && st == FJ_OK; i++) {
 			const fj_rt_tensor *t = inputs ? inputs[i] : NULL;
 			const fj_type *pt = &g->values[g->params[i]].type;
@@ -406,8 +478,17 @@ static fj_status check_all_bound(fj_rt_binding *p, uint8_t *used)
 		for (int k = 0; k < oi->nattrs; k++)
 			mark_attr_syms(p, &g->nodes[i].attrs[k], used);
 	}
+	for (uint32_t s = p->nsyms; s-- > 0;) { /* a derived symbol needs the symbols it names */
+		const fj_symdef *def = fj_symbol_def(p->m, s);
+		if (!used[s] || def->kind == FJ_SYM_BOUND)
+			continue;
+		if (def->kind == FJ_SYM_FLOORDIV)
+			mark_type_syms(p, &(fj_type){.rank = 1, .dims = (fj_dim *)&def->of}, used);
+		for (uint32_t t = 0; t < def->nterms; t++)
+			mark_type_syms(p, &(fj_type){.rank = 1, .dims = &def->terms[t].mono}, used);
+	}
 	for (uint32_t s = 0; s < p->nsyms; s++)
-		if (used[s] && p->symval[s] < 0)
+		if (used[s] && p->symval[s] < 0 && !fj_symbol_is_derived(p->m, s))
 			return fj_error_status(p->ctx, FJ_ERR_RUNTIME, (fj_loc){0},
 			                       "symbolic size %s is not bound by any input: give it with --dim %s=<size>",
 			                       fj_symbol_name(p->m, s), fj_symbol_name(p->m, s));
@@ -493,6 +574,8 @@ fj_status fj_rt_binding_bind(fj_rt_binding *p, const fj_rt_tensor *const *inputs
 		st = solve_products(&b, inputs);
 	if (st == FJ_OK)
 		st = check_all_bound(p, used);
+	if (st == FJ_OK)
+		st = eval_derived(p, used);
 	if (st == FJ_OK)
 		st = eval_values(p, used);
 	if (st == FJ_OK)

@@ -4,7 +4,11 @@
  * Binding (fj_rt_binding): each symbol is bound from the first input dim
  * that is exactly that symbol; a dim that is a product (N*4096) binds its one
  * unbound symbol by exact division once the others are known; --dim values
- * bind the rest. Then every value's shape is evaluated, the inputs are
+ * bind the rest. Derived symbols (ir.h: s0+1, s0//2) are computed from the
+ * symbols they name, in table order, into the same symval slots (a negative
+ * one is an error naming it); an input dim that is a sum known but for one
+ * symbol of coefficient 1 (s0+1, P+L with L known) binds that symbol. Then
+ * every value's shape is evaluated, the inputs are
  * checked against them, and each node is checked at run time by re-running
  * its op's inference on a concrete copy of the node (operands with concrete
  * types, symbolic attribute sizes replaced by their values) in a scratch
@@ -41,7 +45,7 @@ typedef struct fj_rt_binding {
 	const fj_module *m; /* g's module */
 	uint32_t nvalues;   /* g's, at init */
 	uint32_t nsyms;
-	int64_t *symval;    /* per symbol of m; -1 unbound (or unused) */
+	int64_t *symval;    /* per symbol of m, derived ones included; -1 unbound (or unused) */
 	int64_t *vdims;     /* per value of g, FJ_MAX_RANK entries */
 	size_t *vbytes;     /* per value of g */
 	bool bound;
