@@ -561,8 +561,11 @@ static void format_bytes(part *p, const fj_vid *saved, uint32_t n, char *buf, si
 	buf[0] = 0;
 	for (uint32_t k = 0; k < nm && len < size; k++) {
 		len += (size_t)snprintf(buf + len, size - len, "%s", k ? " + " : "");
-		for (uint32_t s = 0; s < ms[k].nsyms && len < size; s++)
-			len += (size_t)snprintf(buf + len, size - len, "%s%s", s ? "*" : "", fj_symbol_name(p->m, ms[k].syms[s]));
+		for (uint32_t s = 0; s < ms[k].nsyms && len < size; s++) {
+			bool paren = fj_symbol_is_derived(p->m, ms[k].syms[s]); /* (s0+1)*4 */
+			len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", s ? "*" : "", paren ? "(" : "",
+			                        fj_symbol_name(p->m, ms[k].syms[s]), paren ? ")" : "");
+		}
 		if (ms[k].coef != 1 && len < size)
 			len += (size_t)snprintf(buf + len, size - len, "*%lld", (long long)ms[k].coef);
 	}
