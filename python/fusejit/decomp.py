@@ -880,6 +880,56 @@ def constant_pad_nd(conv, n, b):
     return e.lines
 
 
+def _is_zero(v):
+    """v (an int or a SymInt) is 0 whatever the sizes are (no guard is added)."""
+    from .fx import sym_expr
+    return v == 0 if isinstance(v, int) else sym_expr(v) == 0
+
+
+def slice_backward(conv, n, b):
+    """The gradient of x[start:end:step] along dim: grad_output between zero fills
+    (step 1), or with step - 1 zeros after each entry, then cut to the size. Sizes
+    may be symbolic (s0-1 ...): bounds are taken as PyTorch's for a static size,
+    unclamped for a symbolic one, as fusejit's slice takes them (IR.md §2)."""
+    from .fx import UnsupportedOp
+    # a size computed in the graph (sym_size) is a node: its value is a SymInt
+    sizes = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in b["input_sizes"]]
+    if any(not isinstance(v, (int, getattr(torch, "SymInt", int))) for v in sizes):
+        raise UnsupportedOp(["slice_backward to sizes %r" % (sizes,)])
+    d = _dim(b["dim"], len(sizes))
+    start, end, step = b["start"], b["end"], b["step"]
+    if not all(isinstance(v, int) for v in (start, end, step)) or step < 1:
+        raise UnsupportedOp(["slice_backward with bounds %r" % ((start, end, step),)])
+    size = sizes[d]
+    if isinstance(size, int):
+        start = min(max(start + size if start < 0 else start, 0), size)
+        end = min(max(end + size if end < 0 else end, 0), size)
+        end = max(end, start)
+    else:
+        start = start + size if start < 0 else start
+        end = size if end >= 2 ** 62 else end + size if end < 0 else end
+    dt, gshape = _shape(conv, b["grad_output"])
+    g = conv.operand(b["grad_output"], "aten.slice_backward")
+    e = _Emit(conv, n)
+
+    def zeros(k):
+        return e.op("aten.new_zeros", [g], {"shape": sizes[:d] + [k] + sizes[d + 1:]})
+    if step == 1:
+        parts = ([] if _is_zero(start) else [zeros(start)]) + [g] + ([] if _is_zero(size - end) else [zeros(size - end)])
+        out = e.op("aten.cat", parts, {"dim": d}) if len(parts) > 1 else e.op("aten.clone", [g])
+        conv.names[n] = e.op("aten.clone", [out], out="%" + n.name)
+        return e.lines
+    k = gshape[d]
+    u = e.op("aten.unsqueeze", [g], {"dim": d + 1})
+    z = e.op("aten.new_zeros", [g], {"shape": list(gshape[:d + 1]) + [step - 1] + list(gshape[d + 1:])})
+    c = e.op("aten.cat", [u, z], {"dim": d + 1})
+    c = e.op("aten.reshape", [c], {"shape": list(gshape[:d]) + [k * step] + list(gshape[d + 1:])})
+    parts = ([] if _is_zero(start) else [zeros(start)]) + [c, zeros(size)]
+    c = e.op("aten.cat", parts, {"dim": d})
+    conv.names[n] = e.op("aten.slice", [c], {"dim": d, "start": 0, "end": size}, out="%" + n.name)
+    return e.lines
+
+
 def copy(conv, n, b):
     """copy(self, src): src broadcast to self's shape, in self's dtype."""
     dt, shape = _shape(conv, b["self"])
@@ -970,7 +1020,8 @@ RULES = {
     "native_dropout_backward": native_dropout_backward, "_safe_softmax": safe_softmax,
     "zeros": _filled(0), "ones": _filled(1), "empty": _filled(0), "full": _filled(None),
     "scalar_tensor": lambda conv, n, b: _filled(b["s"])(conv, n, b),
-    "select": select, "select_backward": select_backward, "lift_fresh_copy": lift_fresh_copy,
+    "select": select, "select_backward": select_backward, "slice_backward": slice_backward,
+    "lift_fresh_copy": lift_fresh_copy,
     "split": split, "split_with_sizes": split_with_sizes, "unbind": unbind, "cat": cat,
 }
 RULES.update(ATTENTION_RULES)

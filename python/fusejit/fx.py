@@ -91,26 +91,61 @@ def sym_expr(s):
 
 
 def dim_text(s):
-    """A size as IR.md writes it: 4096, s0, s0*s1*4. A sum, difference or
-    division of sizes (s0 + 1) is not in fusejit's dim grammar yet."""
+    """A size as IR.md writes it: 4096, s0, s0*s1*4, s0+1, s0-1, s0//2, (s0+1)//2,
+    s0+s1 (dim := sum; sum := prod {('+'|'-') prod}; prod := atom {'*' atom |
+    '//' INT}). fusejit's parser makes the text canonical."""
     if isinstance(s, int):
         return str(s)
     e = sym_expr(s)
     if e.is_Integer:
         return str(int(e))
-    terms = e.args if e.is_Mul else (e,)
-    syms, coef = [], 1
+    return _sum_text(e)
+
+
+def _unsupported_size(e):
+    return UnsupportedOp(["a size %s (fusejit's sizes are sums, differences and products of symbols and "
+                          "integers, and floor division by a positive integer)" % e])
+
+
+def _sum_text(e):
+    """A sympy expression as IR.md's `sum`: positive terms first, then the negative ones."""
+    terms = e.args if e.is_Add else (e,)
+    pos, neg = [], []
     for t in terms:
-        if t.is_Symbol:
-            syms.append(str(t))
-        elif t.is_Integer and int(t) > 0:
-            coef *= int(t)
-        elif t.is_Pow and t.base.is_Symbol and t.exp.is_Integer and int(t.exp) > 0:
-            syms.extend([str(t.base)] * int(t.exp))
+        c, rest = t.as_coeff_Mul()
+        if not c.is_Integer:
+            raise _unsupported_size(e)
+        c = int(c)
+        if rest == 1:
+            text = str(abs(c))
         else:
-            raise UnsupportedOp(["a size %s (sums, differences and divisions of sizes are not in fusejit's "
-                                 "dim grammar yet)" % e])
-    return "*".join(sorted(syms) + ([str(coef)] if coef != 1 or not syms else []))
+            text = _prod_text(rest, e)
+            if abs(c) != 1:
+                text += "*%d" % abs(c)
+        (neg if c < 0 else pos).append(text)
+    if not pos:
+        raise _unsupported_size(e)  # negative for every value of its symbols
+    return "+".join(pos) + "".join("-" + t for t in neg)
+
+
+def _prod_text(e, whole):
+    """A product of symbols, powers and floor divisions (no coefficient) as IR.md's `prod`."""
+    factors = e.args if e.is_Mul else (e,)
+    out = []
+    for f in factors:
+        if f.is_Symbol:
+            out.append(str(f))
+        elif f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and int(f.exp) > 0:
+            out.extend([str(f.base)] * int(f.exp))
+        elif type(f).__name__ == "FloorDiv" and f.args[1].is_Integer and int(f.args[1]) > 0:
+            num = f.args[0]
+            inner = str(int(num)) if num.is_Integer else _sum_text(num)
+            out.append("((%s)//%d)" % (inner, int(f.args[1])))
+        elif f.is_Add:
+            out.append("(%s)" % _sum_text(f))
+        else:
+            raise _unsupported_size(whole)
+    return "*".join(out)
 
 
 def meta_type(node):

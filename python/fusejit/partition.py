@@ -209,7 +209,8 @@ def rebuild(gm, regions, make_call):
         else:
             inputs, outputs = boundary(ms, g)
             fn = make_call(ms, inputs, outputs)
-            call = ng.call_function(fn, tuple(env[x] for x in inputs))
+            # a call may also take sizes (symbols its inputs do not give), after the tensors
+            call = ng.call_function(fn, tuple(env[x] for x in list(inputs) + list(getattr(fn, "size_inputs", ()))))
             for k, o in enumerate(outputs):
                 env[o] = ng.call_function(operator.getitem, (call, k))
                 env[o].meta = dict(o.meta)

@@ -79,11 +79,15 @@ class TensorCall:
     (dtype, shape[, strides or None]) each, on `device`) and written by fusejit.
     Returns a list."""
 
-    def __init__(self, prog, out_types, device="cpu", name="fusejit_program", in_shapes=None):
+    def __init__(self, prog, out_types, device="cpu", name="fusejit_program", in_shapes=None, size_names=()):
         self.prog, self.out_types, self.device = prog, list(out_types), torch.device(device)
         self._lib = prog.ctx._lib
         self.__name__ = name  # torch.fx names call_function targets
-        self._sizes = _SizeFn(in_shapes or [], self.out_types)
+        # size_names: symbols no input dim gives (dynamic shapes: the size an output is
+        # sliced back to ...), given as the call's last arguments (ints) and bound by name
+        self.size_names = list(size_names)
+        self._sizes = _SizeFn(in_shapes or [], self.out_types, self.size_names)
+        self._dim_names = (ctypes.c_char_p * max(len(self.size_names), 1))(*[n.encode() for n in self.size_names])
         self._tls = threading.local()  # per thread: descriptors kept from the last call
 
     def _fill(self, arr, slots, i, t):
@@ -115,6 +119,8 @@ class TensorCall:
         return arr
 
     def __call__(self, *args):
+        sizes = args[len(args) - len(self.size_names):] if self.size_names else ()
+        args = args[:len(args) - len(sizes)]
         n, m = len(args), len(self.out_types)
         ins, islots = self._descs("ins", n)
         keep = []
@@ -125,13 +131,17 @@ class TensorCall:
             self._fill(ins, islots, i, a)
         outs = [torch.empty(shape, dtype=t[0], device=self.device) if stride is None else
                 torch.empty_strided(shape, stride, dtype=t[0], device=self.device)
-                for t, (shape, stride) in zip(self.out_types, self._sizes(args))]
+                for t, (shape, stride) in zip(self.out_types, self._sizes(args, sizes))]
         od, oslots = self._descs("outs", m)
         for i, o in enumerate(outs):
             self._fill(od, oslots, i, o)
-        if self.device.type == "cuda":  # queued on the caller's current stream, without blocking
-            opts = self._run_options()
-            opts.stream = torch.cuda.current_stream(self.device).cuda_stream or _CU_STREAM_LEGACY
+        if sizes or self.device.type == "cuda":
+            opts = self._run_options()  # per thread: one TensorCall may run on several at once
+            if sizes:
+                vals = (ctypes.c_int64 * len(sizes))(*[int(v) for v in sizes])
+                opts.dim_names, opts.dim_values, opts.ndims = self._dim_names, vals, len(sizes)
+            if self.device.type == "cuda":  # queued on the caller's current stream, without blocking
+                opts.stream = torch.cuda.current_stream(self.device).cuda_stream or _CU_STREAM_LEGACY
             st = self._lib.fj_program_run_with(self.prog._ptr, ctypes.byref(opts), ins, n, od, m)
         else:
             st = self._lib.fj_program_run(self.prog._ptr, ins, n, od, m)
@@ -142,20 +152,66 @@ class TensorCall:
         return outs
 
 
+def _region_symbols(region):
+    """The names of the symbols in the sizes of a region's values and size arguments."""
+    names = set()
+
+    def add(v):
+        if isinstance(v, torch.fx.Node):
+            v = v.meta.get("val")
+        if isinstance(v, getattr(torch, "SymInt", ())):
+            names.update(str(x) for x in _fx.sym_expr(v).free_symbols)
+        elif isinstance(v, torch.Tensor):
+            for d in v.shape:
+                add(d)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                add(x)
+    for n in region:
+        add(n.meta.get("val"))
+        for a in list(n.args) + list(n.kwargs.values()):
+            add(a)
+    return names
+
+
 class _SizeFn:
     """The outputs' sizes and strides of a region for the inputs of one call.
-    Static ones are constants; a symbolic one (dynamic shapes: a product of
-    symbols such as s0*64) is evaluated from the symbols' values, read off the
-    input dims that are a plain symbol. Strides that are symbolic become the
-    dense ones."""
+    Static ones are constants; a symbolic one (dynamic shapes: s0*64, s0-1,
+    (s0+1)//2) is evaluated from the symbols' values, read off the input dims:
+    a dim that is a plain symbol gives it, and a dim that is a sum or a product
+    known but for one symbol (s0+1, s1+s0 with s0 known, s0*64) gives that
+    symbol, in the order found here. Strides that are symbolic become the dense
+    ones."""
 
-    def __init__(self, in_shapes, out_types):
-        self.where = {}
-        for i, shape in enumerate(in_shapes):
-            for d, s in enumerate(shape):
-                e = _fx.sym_expr(s)
-                if e is not None and e.is_Symbol and str(e) not in self.where:
-                    self.where[str(e)] = (i, d)
+    def __init__(self, in_shapes, out_types, size_names=()):
+        self.steps = []  # (symbol, input, dim, how, code): how "=", "-" (dim - code), "/" (dim // code)
+        self.size_names = list(size_names)  # given by the call (TensorCall.size_names)
+        known = set(self.size_names)
+        dims = [(i, d, _fx.sym_expr(s)) for i, shape in enumerate(in_shapes) for d, s in enumerate(shape)]
+        dims = [x for x in dims if x[2] is not None and not x[2].is_Integer]
+        progress = True
+        while progress:
+            progress = False
+            for i, d, e in dims:
+                free = {str(x): x for x in e.free_symbols}
+                unknown = [x for n, x in free.items() if n not in known]
+                if len(unknown) != 1:
+                    continue
+                x = unknown[0]
+                step = None
+                if e == x:
+                    step = (str(x), i, d, "=", None)
+                elif e.is_Add and e.coeff(x) == 1 and x not in (e - x).free_symbols:
+                    step = (str(x), i, d, "-", compile(str(e - x), "<size>", "eval"))
+                elif e.is_Mul:
+                    k, dep = e.as_independent(x, as_Mul=True)
+                    if dep == x:
+                        step = (str(x), i, d, "/", compile(str(k), "<size>", "eval"))
+                if step:
+                    self.steps.append(step)
+                    known.add(str(x))
+                    progress = True
+        self.known = known
         self.plan = []
         for t in out_types:
             shape = [int(s) if _fx.sym_expr(s) is None else compile(str(_fx.sym_expr(s)), "<size>", "eval")
@@ -168,15 +224,18 @@ class _SizeFn:
         for shape, _ in self.plan:
             for x in shape:
                 if not isinstance(x, int):
-                    missing = [n for n in x.co_names if n not in self.where]
+                    missing = [n for n in x.co_names if n not in known]
                     if missing:
                         raise _fx.UnsupportedOp(["an output size of %s, which no input dim gives" %
                                                  ", ".join(missing)])
 
-    def __call__(self, args):
+    def __call__(self, args, sizes=()):
         if self.static:
             return self.plan
-        env = {name: args[i].shape[d] for name, (i, d) in self.where.items()}
+        env = dict(zip(self.size_names, sizes))
+        for name, i, d, how, code in self.steps:
+            v = args[i].shape[d]
+            env[name] = v if how == "=" else v - eval(code, {}, env) if how == "-" else v // eval(code, {}, env)
         return [([x if isinstance(x, int) else eval(x, {}, env) for x in shape], stride)
                 for shape, stride in self.plan]
 
@@ -264,6 +323,13 @@ def compile_graph(gm, example_inputs, executor="auto", name="main", state=None):
     def make_call(region, inputs, outputs):
         return compiled[id(region[0])]
 
+    # the graph's size inputs that are plain symbols (AOTAutograd's backward takes them):
+    # a region whose inputs do not give a symbol it needs takes it from one of these
+    sym_nodes = {}
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(v, getattr(torch, "SymInt", ())) and _fx.sym_expr(v).is_Symbol:
+            sym_nodes.setdefault(str(_fx.sym_expr(v)), n)
     progs = {}  # text -> program: a retry recompiles only the regions that changed
     for attempt in range(64):
         regions = _part.propose(gm.graph, lambda n: n not in reasons)
@@ -281,8 +347,13 @@ def compile_graph(gm, example_inputs, executor="auto", name="main", state=None):
                 progs[text] = prog
                 # outputs take the strides PyTorch gave them (a view after the region may rely on them)
                 types = [_fx.node_type(gm, o) + (_fx.meta_stride(o),) for o in outputs]
-                compiled[id(region[0])] = TensorCall(prog, types, device, "fusejit_%s_r%d" % (name, k),
-                                                     [_fx.node_type(gm, i)[1] for i in inputs])
+                in_shapes = [_fx.node_type(gm, i)[1] for i in inputs]
+                given = _SizeFn(in_shapes, []).known
+                size_nodes = [sym_nodes[x] for x in sorted(_region_symbols(region) - given) if x in sym_nodes]
+                call = TensorCall(prog, types, device, "fusejit_%s_r%d" % (name, k), in_shapes,
+                                  [str(_fx.sym_expr(x.meta["val"])) for x in size_nodes])
+                call.size_inputs = size_nodes
+                compiled[id(region[0])] = call
             except _fx.UnsupportedOp as e:  # a node the converter refused after all
                 bad = [n for n in region if n.op == "call_function" and not _part.is_getitem(n)
                        and conv.support(gm, n, device) is not None] or region
@@ -583,18 +654,19 @@ def output_tensors(out):
     return []
 
 
-def explain(fn, *inputs, executor="host", **kwinputs):
+def explain(fn, *inputs, executor="host", dynamic=False, **kwinputs):
     """Compiles fn (a function or an nn.Module) with fusejit as torch.compile (PyTorch
     2.x) or aot_function (1.x) would, runs it once on the inputs, and its backward
     when an output needs a gradient (without touching any .grad), and returns an
     Explanation: the regions fusejit compiled, the ops in each, and the ops left to
-    PyTorch with the reason for each (like torch._dynamo.explain)."""
+    PyTorch with the reason for each (like torch._dynamo.explain). dynamic=True
+    (PyTorch 2.x): as torch.compile(..., dynamic=True), with symbolic sizes."""
     sink = []
     old = getattr(_reports, "sink", None)
     _reports.sink = sink
     try:
         if TORCH2:
-            compiled = torch.compile(fn, backend=_make_backend(executor), dynamic=False)
+            compiled = torch.compile(fn, backend=_make_backend(executor), dynamic=dynamic)
         elif isinstance(fn, torch.nn.Module):
             compiled = aot_fusejit_module(fn, executor=executor)
         else:

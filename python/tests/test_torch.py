@@ -311,6 +311,54 @@ def test_dynamic_shapes_one_program_for_every_size():
     assert sink and all(not r.fallback for r in sink), sink
 
 
+@pytest.mark.skipif(not fjt.REGISTERED, reason="torch.compile needs PyTorch 2.x (dynamo)")
+def test_dynamic_shapes_with_sums_differences_and_halving():
+    """A label shift (s1-1), a KV concatenation (s2+s1) and a halving ((s1+1)//2) under
+    dynamic=True: one compile serves three batch sizes and three sequence lengths,
+    forward and gradients match eager, and those nodes run in fusejit."""
+    if FRONT != "torch.compile":
+        pytest.skip("dynamic shapes come through torch.compile")
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def fn(logits, labels, past, new, x):
+        V = logits.shape[-1]
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
+        kv = torch.cat([past, new], dim=1)
+        half = x[:, ::2]
+        return loss, torch.tanh(kv) * 2.0, half * half
+
+    def inputs(B, L):
+        return (rnd(B, L, 13), torch.randint(0, 13, (B, L)), rnd(B, L + 3, 6), rnd(B, L, 6), rnd(B, L, 6))
+
+    cnt = CompileCounterWithBackend(fjt._make_backend(EX))
+    torch._dynamo.reset()
+    cm = torch.compile(fn, backend=cnt, dynamic=True)
+    for B in (3, 5, 9):
+        for L in (4, 7, 11):
+            a1 = inputs(B, L)
+            a2 = [a.detach().clone().requires_grad_(a.requires_grad) for a in a1]
+            out, ref = cm(*a1), fn(*a2)
+            assert out[1].shape == (B, 2 * L + 3, 6) and out[2].shape == (B, (L + 1) // 2, 6)
+            for o, r in zip(out, ref):
+                torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-5)
+            gs = [torch.randn_like(r) for r in ref]
+            torch.autograd.backward(out, gs)
+            torch.autograd.backward(ref, gs)
+            for x, y in zip(a1, a2):
+                if y.requires_grad:
+                    torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=1e-5)
+    assert cnt.frame_count == 1, cnt.frame_count
+
+    torch._dynamo.reset()
+    ex = fjt.explain(fn, *inputs(3, 4), executor=EX, dynamic=True)
+    # only lone views (the slices feeding the label shift's reshape) stay in PyTorch
+    assert all(why.startswith("a region of views") for _, _, why in ex.fallback), str(ex)
+    ops = [op for r in ex.regions for op in r]
+    for op in ("aten.slice", "aten.cat", "aten._log_softmax", "aten.nll_loss_forward", "aten.slice_backward",
+               "aten.nll_loss_backward", "aten.tanh_backward"):
+        assert op in ops, (op, str(ex))
+
+
 def test_empty_tensors():
     check(lambda x: torch.tanh(x) * 2.0, rnd(0, 4))
     out = through_fusejit(lambda x, y: (x + 1.0, y.sum(0)))(torch.randn(0, 3), torch.randn(0, 5))
