@@ -45,6 +45,76 @@ START_TEST(test_symbolic_dims)
 }
 END_TEST
 
+static const char *dim_text(const fj_module *m, fj_dim d)
+{
+	static char buf[128];
+	fj_dim_format(m, d, buf, sizeof buf);
+	return buf;
+}
+
+/* Sums, differences and floor division: canonical interning, the text, the
+ * evaluation from the symbols' values, and copies that keep the definitions. */
+START_TEST(test_derived_dims)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_module *m = fj_module_create(ctx);
+	fj_dim s, t, a, b, c, d;
+	ck_assert_int_eq(fj_dim_symbol(m, "s0", 2, &s), FJ_OK);
+	ck_assert_int_eq(fj_dim_symbol(m, "s1", 2, &t), FJ_OK);
+	ck_assert(fj_dim_add(m, s, 1, &a) && fj_dim_add(m, 1, s, &b) && a == b);
+	ck_assert_str_eq(dim_text(m, a), "s0+1");
+	ck_assert(fj_dim_sub(m, a, 1, &c) && c == s);          /* (s0+1)-1 == s0 */
+	ck_assert(fj_dim_add(m, s, 0, &c) && c == s);
+	ck_assert(fj_dim_add(m, 2, 3, &c) && c == 5);
+	ck_assert(!fj_dim_sub(m, 2, 3, &c));                      /* negative static */
+	ck_assert(!fj_dim_sub(m, 0, s, &c));                      /* negative for every s0 */
+	ck_assert(fj_dim_mul(m, a, 2, &b) && fj_dim_add(m, s, s, &c) && fj_dim_add(m, c, 2, &c) && b == c);
+	ck_assert_str_eq(dim_text(m, b), "(s0+1)*2");
+	ck_assert(fj_dim_add(m, t, s, &c) && fj_dim_add(m, s, t, &d) && c == d);
+	ck_assert_str_eq(dim_text(m, c), "s0+s1");
+	ck_assert(fj_dim_add_int(m, s, -1, &d));
+	ck_assert_str_eq(dim_text(m, d), "s0-1");
+	ck_assert(fj_dim_floordiv(m, s, 1, &d) && d == s);
+	ck_assert(fj_dim_floordiv(m, b, 2, &d) && d == a);        /* exact */
+	ck_assert(fj_dim_floordiv(m, s, 2, &d) && fj_dim_floordiv(m, d, 3, &d));
+	ck_assert(fj_dim_floordiv(m, s, 6, &c) && c == d);        /* (s0//2)//3 == s0//6 */
+	ck_assert_str_eq(dim_text(m, d), "s0//6");
+	ck_assert(fj_dim_floordiv(m, a, 2, &d));
+	ck_assert_str_eq(dim_text(m, d), "(s0+1)//2");
+	ck_assert(fj_dim_has_floordiv(m, d) && !fj_dim_has_floordiv(m, b));
+	ck_assert(!fj_dim_floordiv(m, s, 0, &c));
+	/* values, in table order: s0 = 7, s1 = 2 */
+	uint32_t ns = fj_symbol_count(m);
+	int64_t val[16];
+	ck_assert_uint_le(ns, 16);
+	for (uint32_t k = 0; k < ns; k++)
+		val[k] = -1;
+	val[0] = 7;
+	val[1] = 2;
+	for (uint32_t k = 2; k < ns; k++) {
+		ck_assert(fj_symbol_is_derived(m, k));
+		bool neg = false;
+		ck_assert(fj_symbol_eval(m, k, val, &val[k], &neg));
+	}
+	const fj_symexpr *e = fj_dim_expr(m, d);
+	ck_assert_int_eq(val[e->syms[0]], 4);                    /* (7+1)//2 */
+	ck_assert(fj_dim_sub(m, s, t, &c));                       /* s0-s1: negative at s0=1, s1=2 */
+	e = fj_dim_expr(m, c);
+	int64_t small[16] = {1, 2}, v = 0;
+	bool neg = false;
+	ck_assert(!fj_symbol_eval(m, e->syms[0], small, &v, &neg) && neg);
+	/* a copy keeps the definitions */
+	fj_module *cp = NULL;
+	ck_assert_int_eq(fj_module_clone(m, &cp), FJ_OK);
+	ck_assert_str_eq(dim_text(cp, d), "(s0+1)//2");
+	ck_assert(fj_dim_add(cp, s, 1, &c) && c == a);
+	fj_module_destroy(m);
+	ck_assert(fj_dim_floordiv(cp, c, 2, &b) && b == d);
+	fj_module_destroy(cp);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_graph_names)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -215,6 +285,7 @@ Suite *suite_ir(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_dtype_promote);
 	tcase_add_test(tc, test_symbolic_dims);
+	tcase_add_test(tc, test_derived_dims);
 	tcase_add_test(tc, test_graph_names);
 	tcase_add_test(tc, test_arena);
 	tcase_add_test(tc, test_alloc_failures);
