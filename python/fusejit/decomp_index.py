@@ -1,4 +1,602 @@
 """ATen ops the bridge writes in fusejit's op set: indexing, scatters and the
-ops that rearrange a tensor (see decomp.py for the rule protocol)."""
+ops that rearrange a tensor (see decomp.py for the rule protocol).
+
+The ways in: a multi-index becomes one linear index into a reshaped tensor
+(prims.take, index_select semantics with an index of any rank); a write of
+values at indices becomes index_add into zeros (accumulate) or, for an
+overwrite, index_add of the values that no later index writes over (the last
+write wins, as in PyTorch's serial CPU loops) plus a mask of the positions
+written. Every index goes through take(arange(size), index) once, so that an
+index out of range fails the run with fusejit's indexing error instead of
+reading or writing elsewhere. scatter_reduce's amax, amin and prod have no
+scatter primitive in fusejit: they compare each index with every position of
+its dim (one-hot, [.., size, count, ..]) and reduce, which is bounded by
+DENSE_LIMIT elements."""
+import math
+
+import torch
+
+from .decomp import _Emit, _Plain, _dim, _shape, fmt_number
 
 RULES = {}
+
+# Largest one-hot comparison a rule builds (elements): scatter_reduce's amax,
+# amin and prod, and the "last write wins" test of an overwrite with indices
+# that may repeat.
+DENSE_LIMIT = 1 << 24
+
+_INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _unsupported(why):
+    from .fx import UnsupportedOp
+    return UnsupportedOp([why])
+
+
+def _rule(*names):
+    def deco(f):
+        for nm in names:
+            RULES[nm] = f
+        return f
+    return deco
+
+
+def _numel(shape):
+    return int(math.prod(shape))
+
+
+class _E(_Emit):
+    """_Emit with the handful of ops these rules are made of."""
+
+    def __init__(self, conv, n):
+        super().__init__(conv, n)
+        self.what = "aten." + n.target._schema.name.split("::")[-1] if hasattr(n.target, "_schema") else str(n.target)
+
+    def x(self, v):
+        return self.conv.operand(v, self.what)
+
+    def full(self, shape, value, dtype):
+        return self.op("aten.full", [], {"shape": list(shape), "value": value, "dtype": dtype})
+
+    def arange(self, n, dtype=torch.int64):
+        return self.op("aten.arange", [], {"end": n, "dtype": dtype})
+
+    def cast(self, v, dt):
+        return self.op("aten._to_copy", [v], {"dtype": dt})
+
+    def reshape(self, v, shape):
+        return self.op("aten.reshape", [v], {"shape": list(shape)})
+
+    def expand(self, v, shape):
+        return self.op("aten.expand", [v], {"size": list(shape)})
+
+    def permute(self, v, dims):
+        return self.op("aten.permute", [v], {"dims": list(dims)})
+
+    def slice(self, v, d, start, end, step=1):
+        a = {"dim": d, "start": start, "end": end}
+        if step != 1:
+            a["step"] = step
+        return self.op("aten.slice", [v], a)
+
+    def take(self, v, idx, d):
+        return self.op("prims.take", [v, idx], {"dim": d})
+
+    def where(self, c, a, b):
+        return self.op("aten.where", [c, a, b])
+
+    def along(self, v, d, rank):
+        """A 1-D v laid along dim d of a rank-`rank` tensor (size 1 elsewhere)."""
+        return self.reshape(v, [1] * d + [-1] + [1] * (rank - d - 1))
+
+    def checked(self, idx, size):
+        """idx itself, through take(arange(size), idx): an index outside [0, size) fails the run."""
+        return self.take(self.arange(size), idx, 0)
+
+    def wrapped(self, idx, size, dt):
+        """idx in i64 with the negative ones counted from the end, checked."""
+        if dt != torch.int64:
+            idx = self.cast(idx, torch.int64)
+        idx = self.where(self.op("aten.lt", [idx, "0"]), self.op("aten.add", [idx, str(size)]), idx)
+        return self.checked(idx, size)
+
+    def done(self, v, t):
+        """The node's result: v in the node's dtype and shape."""
+        v = self.cast(v, t[0])
+        self.conv.names[self.n] = self.op("aten.reshape", [v], {"shape": list(t[1])}, out="%" + self.n.name)
+        return self.lines
+
+
+def _out(n):
+    from .fx import meta_type
+    t = meta_type(n)
+    if t is None:
+        raise _unsupported("a result of unknown shape")
+    return t
+
+
+def _idx_dtype(conv, v):
+    dt = _shape(conv, v)[0]
+    if dt in (torch.bool, torch.uint8):
+        raise _unsupported("a bool mask index (its result's size depends on the data)")
+    return dt
+
+
+def _dedup_last(e, lin, m, dump):
+    """lin (1-D, m entries) with every entry that a later entry repeats sent to `dump`."""
+    if m <= 1:
+        return lin
+    if m * m > DENSE_LIMIT:
+        raise _unsupported("an overwrite at %d indices that may repeat (the last-write test would take %d "
+                           "elements, over the bridge's limit of %d)" % (m, m * m, DENSE_LIMIT))
+    a = e.op("aten.unsqueeze", [lin], {"dim": 1})
+    b = e.op("aten.unsqueeze", [lin], {"dim": 0})
+    ar = e.arange(m)
+    later = e.op("aten.gt", [e.op("aten.unsqueeze", [ar], {"dim": 0}), e.op("aten.unsqueeze", [ar], {"dim": 1})])
+    dup = e.op("aten.logical_and", [e.op("aten.eq", [a, b]), later])
+    cnt = e.op("aten.sum", [e.cast(dup, torch.int32)], {"dims": [1]})
+    return e.where(e.op("aten.gt", [cnt, "0"]), str(dump), lin)
+
+
+def _put(e, x, dt, shape, axis, lin, m, vals, accumulate, unique=False):
+    """x (shape, dtype dt) with vals (shape, but m at axis) written along axis at the 1-D i64
+    indices lin (m of them, checked): added, or overwritten (the last write wins; `unique`:
+    no index repeats, so none needs the test)."""
+    cd = torch.int32 if dt == torch.bool else dt
+    if cd != dt:
+        x, vals = e.cast(x, cd), e.cast(vals, cd)
+    p = shape[axis]
+    if accumulate:
+        r = e.op("aten.index_add", [x, lin, vals], {"dim": axis})
+        return e.cast(r, dt) if cd != dt else r
+    if not unique:
+        lin = _dedup_last(e, lin, m, p)
+    big = list(shape)
+    big[axis] = p + 1
+    added = e.op("aten.index_add", [e.full(big, 0, cd), lin, vals], {"dim": axis})
+    added = e.slice(added, axis, 0, p)
+    ones = e.full([m], 1, torch.int64)
+    hit = e.op("aten.index_add", [e.full([p + 1], 0, torch.int64), lin, ones], {"dim": 0})
+    hit = e.op("aten.gt", [e.slice(hit, 0, 0, p), "0"])
+    r = e.where(e.along(hit, axis, len(shape)), added, x)
+    return e.cast(r, dt) if cd != dt else r
+
+
+# ---- advanced indexing: index, _unsafe_index, index_put and their masked forms ----
+
+class _Plan:
+    """x[indices] (None entries: the whole dim) as one take: the indexed dims of x
+    folded into one of size P (moved to the front when they are not adjacent, as
+    PyTorch moves the broadcast index dims there), the indices into one linear
+    index `lin` of the broadcast index shape B."""
+
+    def __init__(self, e, conv, shape, indices, clamp=False):
+        idx = [(k, t) for k, t in enumerate(indices) if t is not None]
+        if not idx:
+            raise _Plain()
+        self.shape = shape = list(shape)
+        self.ks = ks = [k for k, _ in idx]
+        self.B = list(torch.broadcast_shapes(*[_shape(conv, t)[1] for _, t in idx]))
+        self.adjacent = ks == list(range(ks[0], ks[-1] + 1))
+        self.rest = [d for d in range(len(shape)) if d not in ks]
+        self.P = _numel([shape[k] for k in ks])
+        lin, stride = None, 1
+        for k, t in reversed(idx):
+            s = shape[k]
+            i = e.x(t)
+            dt = _idx_dtype(conv, t)
+            if clamp:  # _unsafe_masked_index: an index the mask drops may be anything
+                i = e.cast(i, torch.int64) if dt != torch.int64 else i
+                i = e.where(e.op("aten.lt", [i, "0"]), e.op("aten.add", [i, str(s)]), i)
+                i = e.op("aten.clamp", [i], {"min": 0, "max": max(s - 1, 0)})
+            else:
+                i = e.wrapped(i, s, dt)
+            term = e.op("aten.mul", [i, str(stride)]) if stride != 1 else i
+            lin = term if lin is None else e.op("aten.add", [lin, term])
+            stride *= s
+        self.lin = e.expand(lin, self.B)
+        self.nb = _numel(self.B)
+        if self.adjacent:
+            f, l = ks[0], ks[-1]
+            self.axis = f
+            self.folded = shape[:f] + [self.P] + shape[l + 1:]
+            self.result = shape[:f] + self.B + shape[l + 1:]
+        else:
+            self.axis = 0
+            self.folded = [self.P] + [shape[d] for d in self.rest]
+            self.result = self.B + [shape[d] for d in self.rest]
+
+    def fold(self, e, x):
+        if not self.adjacent:
+            x = e.permute(x, self.ks + self.rest)
+        return e.reshape(x, self.folded)
+
+    def unfold(self, e, x):
+        if self.adjacent:
+            return e.reshape(x, self.shape)
+        x = e.reshape(x, [self.shape[k] for k in self.ks] + [self.shape[d] for d in self.rest])
+        order = self.ks + self.rest
+        return e.permute(x, [order.index(d) for d in range(len(self.shape))])
+
+    def get(self, e, x):
+        return e.take(self.fold(e, x), self.lin, self.axis)
+
+    def put(self, e, x, dt, values, accumulate):
+        """x with values (broadcast to the indexing result's shape) written at the indices."""
+        v = e.expand(e.cast(values, dt), self.result)
+        vshape = list(self.folded)
+        vshape[self.axis] = self.nb
+        v = e.reshape(v, vshape)
+        lin = e.reshape(self.lin, [self.nb])
+        r = _put(e, self.fold(e, x), dt, self.folded, self.axis, lin, self.nb, v, accumulate)
+        return self.unfold(e, r)
+
+
+@_rule("index", "_unsafe_index")
+def index(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    plan = _Plan(e, conv, shape, list(b["indices"]))
+    return e.done(plan.get(e, e.x(b["self"])), _out(n))
+
+
+@_rule("_unsafe_masked_index")
+def unsafe_masked_index(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    plan = _Plan(e, conv, shape, list(b["indices"]), clamp=True)
+    r = plan.get(e, e.x(b["self"]))
+    fill = b["fill"]
+    fill = e.x(fill) if isinstance(fill, torch.fx.Node) else fmt_number(fill)
+    return e.done(e.where(e.x(b["mask"]), r, fill), _out(n))
+
+
+def _mask_put(e, conv, n, b, dt, shape):
+    """index_put with one bool mask (None entries before it): values broadcast along
+    the masked positions, or one value per true position, in order (static sizes both)."""
+    ind = list(b["indices"])
+    f = [k for k, t in enumerate(ind) if t is not None]
+    if len(f) != 1:
+        raise _unsupported("index_put with a bool mask beside other indices")
+    f = f[0]
+    mt, ms = _shape(conv, ind[f])
+    mr = len(ms)
+    x = e.x(b["self"])
+    acc = bool(b.get("accumulate", False))
+    vt, vs = _shape(conv, b["values"])
+    v = e.cast(e.x(b["values"]), dt)
+    mask = e.x(ind[f])
+    if mt != torch.bool:
+        mask = e.op("aten.ne", [mask, "0"])
+    rank = len(shape)
+    tail = rank - f - mr  # dims after the mask's
+    pos = len(vs) - tail - 1  # the values' dim that runs over the true positions
+    mb = e.reshape(mask, [1] * f + list(ms) + [1] * tail)
+    if pos < 0 or vs[pos] == 1:
+        if pos >= 0:
+            v = e.reshape(v, list(vs[:pos]) + [1] * mr + list(vs[pos + 1:]))
+    else:
+        k = vs[pos]
+        if k == 0:  # no true position (else PyTorch raises: the counts differ)
+            return e.done(x, _out(n))
+        vfull = e.expand(v, list(shape[:f]) + [k] + list(shape[f + mr:]))
+        mf = e.cast(e.reshape(mask, [_numel(ms)]), torch.int64)
+        at = e.op("aten.sub", [e.op("aten.cumsum", [mf], {"dim": 0}), "1"])
+        at = e.reshape(e.op("aten.clamp", [at], {"min": 0}), list(ms))
+        v = e.take(vfull, e.checked(at, k), f)
+    if acc:
+        cd = torch.int32 if dt == torch.bool else dt
+        r = e.op("aten.add", [e.cast(x, cd), e.where(mb, e.cast(v, cd), "0")])
+        return e.done(r, _out(n))
+    return e.done(e.where(mb, v, x), _out(n))
+
+
+@_rule("index_put", "_unsafe_index_put")
+def index_put(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    if any(t is not None and _shape(conv, t)[0] in (torch.bool, torch.uint8) for t in b["indices"]):
+        return _mask_put(e, conv, n, b, dt, shape)
+    plan = _Plan(e, conv, shape, list(b["indices"]))
+    r = plan.put(e, e.x(b["self"]), dt, e.x(b["values"]), bool(b.get("accumulate", False)))
+    return e.done(r, _out(n))
+
+
+@_rule("_unsafe_masked_index_put_accumulate")
+def unsafe_masked_index_put_accumulate(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    plan = _Plan(e, conv, shape, list(b["indices"]), clamp=True)
+    v = e.where(e.x(b["mask"]), e.x(b["values"]), "0")
+    return e.done(plan.put(e, e.x(b["self"]), dt, v, True), _out(n))
+
+
+# ---- triangles ----
+
+def _triangle(keep):
+    def rule(conv, n, b):
+        e = _E(conv, n)
+        dt, shape = _shape(conv, b["self"])
+        if len(shape) < 2:
+            raise _unsupported("a triangle of a rank-%d tensor" % len(shape))
+        x = e.x(b["self"])
+        rows = e.op("aten.unsqueeze", [e.arange(shape[-2])], {"dim": 1})
+        diff = e.op("aten.sub", [e.arange(shape[-1]), rows])
+        mask = e.op(keep, [diff, str(int(b.get("diagonal", 0)))])
+        return e.done(e.where(mask, x, e.op("aten.zeros_like", [x])), _out(n))
+    return rule
+
+
+RULES["triu"] = _triangle("aten.ge")
+RULES["tril"] = _triangle("aten.le")
+
+
+# ---- scatters: scatter, scatter_reduce, index_reduce, index_copy, index_fill, take, put ----
+
+def _strides(shape):
+    st, acc = [], 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= s
+    return st[::-1]
+
+
+def _grow(e, v, have, want, value, dt):
+    """v (shape have) padded at the end of each dim with `value` up to shape want."""
+    cur = list(have)
+    for k in range(len(cur)):
+        if cur[k] < want[k]:
+            extra = e.full(cur[:k] + [want[k] - cur[k]] + cur[k + 1:], value, dt)
+            v = e.op("aten.cat", [v, extra], {"dim": k})
+            cur[k] = want[k]
+    return v
+
+
+def _crop(e, v, have, want):
+    for k in range(len(have)):
+        if have[k] != want[k]:
+            v = e.slice(v, k, 0, want[k])
+    return v
+
+
+class _Scatter:
+    """A scatter along dim d of x (shape) at index i (ishape, checked, i64): the flat
+    position in x of each index element (lin, [M]) and, on request, the elements a later
+    one of the same column writes over (dup)."""
+
+    def __init__(self, e, conv, x_node, d, i, ishape):
+        self.e = e
+        self.dt, shape = _shape(conv, x_node)
+        self.x = e.x(x_node)
+        self.rank0 = len(shape) == 0
+        self.shape = [1] if self.rank0 else list(shape)
+        self.ishape = [1] * len(self.shape) if len(ishape) == 0 else list(ishape)
+        if len(self.ishape) != len(self.shape):
+            raise _unsupported("a scatter index of rank %d into rank %d" % (len(ishape), len(shape)))
+        self.d = d = _dim(d, len(self.shape))
+        self.M, self.N = _numel(self.ishape), _numel(self.shape)
+        if self.rank0:
+            self.x = e.reshape(self.x, [1])
+        self.i = e.checked(e.reshape(i, self.ishape), self.shape[d])
+        st = _strides(self.shape)
+        lin = e.op("aten.mul", [self.i, str(st[d])]) if st[d] != 1 else self.i
+        for k in range(len(self.shape)):
+            if k != d and self.ishape[k] > 1:
+                lin = e.op("aten.add", [lin, e.along(e.op("aten.mul", [e.arange(self.ishape[k]), str(st[k])]),
+                                                     k, len(self.shape))])
+        self.lin = e.reshape(e.expand(lin, self.ishape), [self.M])
+
+    def src(self, v, vshape):
+        """v (vshape) cut to the index's shape and flattened, in x's dtype."""
+        e = self.e
+        vshape = [1] * len(self.shape) if len(vshape) == 0 else list(vshape)
+        v = e.reshape(v, vshape)
+        return e.reshape(e.cast(_crop(e, v, vshape, self.ishape), self.dt), [self.M])
+
+    def dup(self):
+        """The positions of an index element that a later one of the same column repeats."""
+        e, d, r, Id = self.e, self.d, len(self.shape), self.ishape[self.d]
+        if Id <= 1:
+            return None
+        if self.M * Id > DENSE_LIMIT:
+            raise _unsupported("an overwrite at %d indices that may repeat (the last-write test would take %d "
+                               "elements, over the bridge's limit of %d)" % (self.M, self.M * Id, DENSE_LIMIT))
+        a = e.op("aten.unsqueeze", [self.i], {"dim": d + 1})
+        b = e.op("aten.unsqueeze", [self.i], {"dim": d})
+        ar = e.arange(Id)
+        later = e.op("aten.gt", [e.along(ar, d + 1, r + 1), e.along(ar, d, r + 1)])
+        hit = e.op("aten.logical_and", [e.op("aten.eq", [a, b]), later])
+        cnt = e.op("aten.sum", [e.cast(hit, torch.int32)], {"dims": [d + 1]})
+        return e.reshape(e.op("aten.gt", [cnt, "0"]), [self.M])
+
+    def flat(self):
+        return self.e.reshape(self.x, [self.N])
+
+    def put(self, vals, accumulate):
+        e = self.e
+        lin, unique = self.lin, accumulate
+        if not accumulate:
+            dup = self.dup()
+            if dup is not None:
+                lin = e.where(dup, str(self.N), lin)
+            unique = True
+        return _put(e, self.flat(), self.dt, [self.N], 0, lin, self.M, vals, accumulate, unique=unique)
+
+    def touched(self):
+        e = self.e
+        hit = e.op("aten.index_add", [e.full([self.N], 0, torch.int64), self.lin, e.full([self.M], 1, torch.int64)],
+                   {"dim": 0})
+        return hit
+
+    def reduce(self, vals, how, include_self):
+        """scatter_reduce(x, d, i, vals (flat), how) -> the flat result."""
+        e, dt = self.e, self.dt
+        x = self.flat()
+        if how in ("sum", "add", "mean"):
+            cnt = self.touched()
+            hit = e.op("aten.gt", [cnt, "0"])
+            cd = torch.int32 if dt == torch.bool else dt
+            base = e.cast(x, cd) if include_self else e.where(hit, e.full([self.N], 0, cd), e.cast(x, cd))
+            total = e.op("aten.index_add", [base, self.lin, e.cast(vals, cd)], {"dim": 0})
+            if how != "mean":
+                return e.cast(total, dt)
+            if include_self:
+                cnt = e.op("aten.add", [cnt, "1"])
+            cnt = e.op("aten.clamp", [cnt], {"min": 1})
+            if dt.is_floating_point:
+                m = e.op("aten.div", [total, e.cast(cnt, dt)])
+            else:
+                m = e.op("aten.div", [total, e.cast(cnt, cd)], {"rounding_mode": "floor"})
+            return e.where(hit, e.cast(m, dt), x)
+        return self.dense(vals, how, include_self)
+
+    def dense(self, vals, how, include_self):
+        """amax / amin / prod: each index against every position of its dim, reduced."""
+        e, d, dt, r = self.e, self.d, self.dt, len(self.shape)
+        sd = self.shape[d]
+        if self.M * sd > DENSE_LIMIT:
+            raise _unsupported("scatter_reduce %s over %d x %d elements (fusejit has no scatter-%s primitive; "
+                               "the dense form is over the bridge's limit of %d)" % (how, self.M, sd, how, DENSE_LIMIT))
+        cd = torch.int32 if dt == torch.bool else dt
+        ident = {"prod": 1, "multiply": 1}.get(how)
+        if ident is None:
+            big = how == "amin"
+            if cd.is_floating_point:
+                ident = float("inf") if big else float("-inf")
+            else:
+                ident = torch.iinfo(cd).max if big else torch.iinfo(cd).min
+        oh = e.op("aten.eq", [e.op("aten.unsqueeze", [self.i], {"dim": d}), e.along(e.arange(sd), d, r + 1)])
+        v = e.op("aten.unsqueeze", [e.cast(e.reshape(vals, self.ishape), cd)], {"dim": d})
+        ohs = self.ishape[:d] + [sd, self.ishape[d]] + self.ishape[d + 1:]
+        m = e.where(oh, e.expand(v, ohs), e.full(ohs, ident, cd))
+        op = {"amax": "aten.amax", "amin": "aten.amin"}.get(how, "aten.prod")
+        red = e.op(op, [m], {"dims": [d + 1]})
+        red = e.cast(red, cd)
+        touched = e.op("aten.gt", [e.op("aten.sum", [e.cast(oh, torch.int32)], {"dims": [d + 1]}), "0"])
+        rs = list(self.ishape)
+        rs[d] = sd
+        region = e.cast(_crop(e, self.x, self.shape, rs), cd)
+        if include_self:
+            comb = {"amax": "aten.maximum", "amin": "aten.minimum"}.get(how, "aten.mul")
+            red = e.op(comb, [red, region])
+        res = e.where(touched, red, region)
+        if rs != self.shape:
+            touched = _grow(e, touched, rs, self.shape, False, torch.bool)
+            res = e.where(touched, _grow(e, res, rs, self.shape, 0, cd), e.cast(self.x, cd))
+        return e.reshape(e.cast(res, dt), [self.N])
+
+
+def _index_of(e, conv, v):
+    dt = _shape(conv, v)[0]
+    i = e.x(v)
+    return e.cast(i, torch.int64) if dt != torch.int64 else i
+
+
+@_rule("scatter")
+def scatter(conv, n, b):
+    e = _E(conv, n)
+    sc = _Scatter(e, conv, b["self"], b["dim"], _index_of(e, conv, b["index"]), _shape(conv, b["index"])[1])
+    if b.get("src") is not None:
+        vals = sc.src(e.x(b["src"]), _shape(conv, b["src"])[1])
+    else:
+        v = b["value"]
+        vals = e.full([sc.M], v, sc.dt) if not isinstance(v, torch.fx.Node) else \
+            e.expand(e.reshape(e.cast(e.x(v), sc.dt), [1]), [sc.M])
+    how = b.get("reduce")
+    if how is None:
+        r = sc.put(vals, False)
+    else:
+        r = sc.reduce(vals, how, True)
+    return e.done(r, _out(n))
+
+
+@_rule("scatter_reduce")
+def scatter_reduce(conv, n, b):
+    e = _E(conv, n)
+    sc = _Scatter(e, conv, b["self"], b["dim"], _index_of(e, conv, b["index"]), _shape(conv, b["index"])[1])
+    vals = sc.src(e.x(b["src"]), _shape(conv, b["src"])[1])
+    return e.done(sc.reduce(vals, b["reduce"], bool(b.get("include_self", True))), _out(n))
+
+
+def _along_index(e, conv, b, src_key):
+    """index_* ops: the 1-D index laid along dim and expanded to the source's shape."""
+    dt, shape = _shape(conv, b["self"])
+    st, ss = _shape(conv, b[src_key])
+    ss = list(ss) or [1]
+    d = _dim(b["dim"], max(len(shape), 1))
+    i = e.reshape(_index_of(e, conv, b["index"]), [-1])
+    return e.expand(e.along(i, d, len(ss)), ss), ss, d
+
+
+@_rule("index_reduce")
+def index_reduce(conv, n, b):
+    e = _E(conv, n)
+    i, ss, d = _along_index(e, conv, b, "source")
+    sc = _Scatter(e, conv, b["self"], d, i, ss)
+    vals = sc.src(e.x(b["source"]), ss)
+    return e.done(sc.reduce(vals, b["reduce"], bool(b.get("include_self", True))), _out(n))
+
+
+@_rule("index_copy")
+def index_copy(conv, n, b):
+    e = _E(conv, n)
+    i, ss, d = _along_index(e, conv, b, "source")
+    sc = _Scatter(e, conv, b["self"], d, i, ss)
+    return e.done(sc.put(sc.src(e.x(b["source"]), ss), False), _out(n))
+
+
+@_rule("index_fill")
+def index_fill(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    x = e.x(b["self"])
+    shape = list(shape) or [1]
+    d = _dim(b["dim"], len(shape))
+    it, ishape = _shape(conv, b["index"])
+    i = e.wrapped(e.reshape(e.x(b["index"]), [_numel(ishape)]), shape[d], it)
+    hit = e.op("aten.index_add", [e.full([shape[d]], 0, torch.int64), i, e.full([_numel(ishape)], 1, torch.int64)],
+               {"dim": 0})
+    hit = e.along(e.op("aten.gt", [hit, "0"]), d, len(shape))
+    v = b["value"]
+    v = e.cast(e.x(v), dt) if isinstance(v, torch.fx.Node) else e.full([], v, dt)
+    return e.done(e.where(hit, v, e.reshape(x, shape)), _out(n))
+
+
+@_rule("take")
+def take(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    it, ishape = _shape(conv, b["index"])
+    size = _numel(shape)
+    i = e.wrapped(e.x(b["index"]), size, it)
+    return e.done(e.take(e.reshape(e.x(b["self"]), [size]), i, 0), _out(n))
+
+
+@_rule("put")
+def put(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    it, ishape = _shape(conv, b["index"])
+    size, m = _numel(shape), _numel(ishape)
+    i = e.wrapped(e.reshape(e.x(b["index"]), [m]), size, it)
+    vals = e.reshape(e.cast(e.x(b["source"]), dt), [m])
+    r = _put(e, e.reshape(e.x(b["self"]), [size]), dt, [size], 0, i, m, vals, bool(b.get("accumulate", False)))
+    return e.done(r, _out(n))
+
+
+@_rule("masked_scatter")
+def masked_scatter(conv, n, b):
+    """The i-th true position of the mask (row-major) takes source's i-th element."""
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = t[0], list(t[1])
+    st, ss = _shape(conv, b["source"])
+    x = e.expand(e.x(b["self"]), shape)
+    mask = e.expand(e.x(b["mask"]), shape)
+    k, size = _numel(ss), _numel(shape)
+    if k == 0:  # no true position (else PyTorch raises)
+        return e.done(x, t)
+    at = e.op("aten.cumsum", [e.cast(e.reshape(mask, [size]), torch.int64)], {"dim": 0})
+    at = e.op("aten.clamp", [e.op("aten.sub", [at, "1"])], {"min": 0})
+    v = e.take(e.reshape(e.cast(e.x(b["source"]), dt), [k]), e.checked(at, k), 0)
+    return e.done(e.where(mask, e.reshape(v, shape), x), t)

@@ -1,0 +1,178 @@
+"""Indexing, scatters and tensor rearrangement written in fusejit's op set
+(decomp_index.py): forward and gradients against eager, through torch.compile
+(PyTorch 2.x) and aot_function, and the op itself ran in fusejit."""
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("functorch")
+
+import fusejit.torch as fjt  # noqa: E402
+
+EX = "host"
+FRONTS = ["aot_function"] + (["torch.compile"] if "fusejit_host" in fjt.REGISTERED else [])
+
+
+def through_fusejit(fn, front):
+    if front == "torch.compile":
+        torch._dynamo.reset()
+        return torch.compile(fn, backend="fusejit_host", dynamic=False)
+    return fjt.aot_fusejit(fn, executor=EX)
+
+
+def rnd(*shape, grad=True, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype).requires_grad_(grad)
+
+
+def idx(high, *shape):
+    return torch.randint(0, high, shape)
+
+
+def check(front, fn, *args, ops=(), rtol=1e-4, atol=1e-5):
+    """fn through fusejit vs eager (outputs, gradients of the inputs that need one), and
+    none of `ops` (ATen names) left to PyTorch, forward or backward."""
+    a1 = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+    a2 = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+    out = through_fusejit(fn, front)(*a1)
+    ref = fn(*a2)
+    torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    if ref.requires_grad:
+        g = torch.randn_like(ref)
+        out.backward(g)
+        ref.backward(g)
+        for x, y in zip(a1, a2):
+            if isinstance(y, torch.Tensor) and y.requires_grad:
+                torch.testing.assert_close(x.grad, y.grad, rtol=rtol, atol=atol)
+    if front == FRONTS[-1]:
+        if front == "torch.compile":
+            torch._dynamo.reset()
+        ex = fjt.explain(fn, *args, executor=EX)
+        left = [(op, why) for _, op, why in ex.fallback if op in ops]
+        assert not left, str(ex)
+        assert ex.counts()[0] > 0, str(ex)
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(params=FRONTS)
+def front(request):
+    return request.param
+
+
+# Index tensors are inputs: aot_function cannot take a tensor the function captures.
+
+# ---- advanced indexing ----
+
+T = torch.tensor
+
+
+def test_index_one_tensor_and_its_backward(front):
+    check(front, lambda x, i: x[i] * 2, rnd(4, 3), T([[0, 2], [-1, 1]]),
+          ops=("aten.index", "aten.index_put", "aten._unsafe_index_put"))
+
+
+def test_index_several_tensors_broadcast_none_and_negative(front):
+    i, j = T([[0], [-2]]), T([1, -1, 0])
+    check(front, lambda x, i, j: x[:, i, j] + 1, rnd(2, 4, 5, 3), i, j, ops=("aten.index", "aten.index_put"))
+    # non-adjacent index tensors: the broadcast dims come first
+    check(front, lambda x, i, j: x[i, :, j].sin(), rnd(4, 2, 5), i, j, ops=("aten.index", "aten.index_put"))
+
+
+def test_index_with_a_repeated_index_accumulates_its_gradient(front):
+    check(front, lambda x, i: x[i].exp(), rnd(3, 2), T([1, 1, 0, 1]), ops=("aten.index", "aten.index_put"))
+
+
+def test_index_put_overwrite_and_accumulate(front):
+    def put(x, v, i, j):
+        return torch.index_put(x * 1, (i, j), v, accumulate=False)
+
+    def acc(x, v, i, j):
+        return torch.index_put(x * 1, (i, j), v, accumulate=True)
+    check(front, put, rnd(4, 2), rnd(3), T([0, 2, 3]), T([1, 0, 1]), ops=("aten.index_put",))
+    check(front, acc, rnd(4, 2), rnd(3), T([0, 0, 3]), T([1, 1, 1]), ops=("aten.index_put",))
+
+
+def test_index_put_repeated_index_last_write_wins(front):
+    check(front, lambda x, v, i: torch.index_put(x * 1, (i,), v), rnd(3, 2, grad=False), rnd(4, 2, grad=False),
+          T([2, 0, 2, 2]), ops=("aten.index_put",))
+
+
+def test_index_put_bool_mask(front):
+    if front == "aot_function":
+        pytest.skip("aot_function traces a bool mask through nonzero (a data-dependent size)")
+    m = T([True, False, True, True])
+    f = lambda x, m, v: torch.index_put(x * 1, (m,), v)  # noqa: E731
+    check(front, f, rnd(4, 3), m, T(5.0), ops=("aten.index_put",))
+    # one value per true position (the values' gradient, x[m], has a data-dependent size)
+    check(front, f, rnd(4, 3), m, rnd(3, 3, grad=False), ops=("aten.index_put",))
+
+
+def test_index_out_of_range_fails_the_run(front):
+    with pytest.raises(Exception):
+        through_fusejit(lambda x, i: x[i] + 1, front)(rnd(3, grad=False), T([3]))
+
+
+def test_unsafe_index_of_upsampling(front):
+    up = torch.nn.Upsample(scale_factor=2, mode="nearest")
+    check(front, lambda x: up(x) * 3, rnd(1, 2, 3, 4), ops=("aten._unsafe_index", "aten._unsafe_index_put", "aten.index"))
+
+
+# ---- triangles ----
+
+@pytest.mark.parametrize("k", [0, 1, -2])
+def test_triu_tril(front, k):
+    check(front, lambda x: torch.triu(x, k) + torch.tril(x * 2, k), rnd(2, 4, 5), ops=("aten.triu", "aten.tril"))
+
+
+# ---- scatters ----
+
+def test_scatter_src_and_value(front):
+    i = T([[0, 1, 2], [2, 0, 0]])
+    check(front, lambda x, s, i: x.scatter(0, i, s) * 2, rnd(3, 4), rnd(2, 3), i, ops=("aten.scatter",))
+    # a source larger than the index (PyTorch's own backward refuses its gradient)
+    check(front, lambda x, s, i: x.scatter(0, i, s) * 2, rnd(3, 4), rnd(2, 5, grad=False), i, ops=("aten.scatter",))
+    check(front, lambda x, i: x.scatter(1, i, 1.5), rnd(3, 4), idx(4, 3, 1), ops=("aten.scatter",))
+
+
+@pytest.mark.parametrize("how", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(front, how, include_self):
+    if not hasattr(torch.Tensor, "scatter_reduce"):
+        pytest.skip("no scatter_reduce in this PyTorch")
+    i = T([[0, 1, 0], [0, 2, 1], [3, 1, 1]])
+    f = lambda x, s, i: x.scatter_reduce(0, i, s, how, include_self=include_self)  # noqa: E731
+    check(front, f, rnd(4, 3, grad=False), rnd(3, 3, grad=False), i, ops=("aten.scatter_reduce",))
+    check(front, f, torch.randint(-5, 5, (4, 3)), torch.randint(-5, 5, (3, 3)), i, ops=("aten.scatter_reduce",))
+
+
+def test_scatter_reduce_gradients(front):
+    check(front, lambda x, s, i: x.scatter_reduce(0, i, s, "sum").sin(), rnd(3, 3), rnd(2, 3),
+          T([[0, 1, 0], [0, 2, 1]]), ops=("aten.scatter_reduce",))
+
+
+@pytest.mark.parametrize("how", ["prod", "mean", "amax", "amin"])
+def test_index_reduce(front, how):
+    if not hasattr(torch.Tensor, "index_reduce"):
+        pytest.skip("no index_reduce in this PyTorch")
+    check(front, lambda x, s, i: x.index_reduce(1, i, s, how), rnd(2, 3, grad=False), rnd(2, 4, grad=False),
+          T([0, 2, 0, 1]), ops=("aten.index_reduce",))
+
+
+def test_index_copy_fill_take_put(front):
+    check(front, lambda x, s, i: x.index_copy(0, i, s), rnd(3, 2), rnd(2, 2), T([2, 0]), ops=("aten.index_copy",))
+    check(front, lambda x, i: x.index_fill(1, i, -2.0), rnd(3, 4), T([-1, 0]), ops=("aten.index_fill",))
+    check(front, lambda x, i: torch.take(x, i), rnd(2, 3), T([[0, -1], [5, 3]]), ops=("aten.take",))
+    check(front, lambda x, s, i: x.put(i, s, accumulate=True), rnd(2, 3), rnd(3), T([1, -1, 1]), ops=("aten.put",))
+
+
+def test_masked_scatter(front):
+    m = T([[True, False, True], [False, True, True]])
+    check(front, lambda x, s, m: x.masked_scatter(m, s), rnd(2, 3), rnd(5), m, ops=("aten.masked_scatter",))
+
+
+def test_integer_and_bool_dtypes(front):
+    check(front, lambda x, s, i: x.index_copy(0, i, s), torch.randint(0, 9, (3, 2)), torch.randint(0, 9, (2, 2)),
+          T([2, 0]), ops=("aten.index_copy",))
+    check(front, lambda x, i: x[i], torch.rand(2, 3) > 0.5, T([1, 0, 1]), ops=("aten.index",))
