@@ -600,3 +600,426 @@ def masked_scatter(conv, n, b):
     at = e.op("aten.clamp", [e.op("aten.sub", [at, "1"])], {"min": 0})
     v = e.take(e.reshape(e.cast(e.x(b["source"]), dt), [k]), e.checked(at, k), 0)
     return e.done(e.where(mask, e.reshape(v, shape), x), t)
+
+
+# ---- rearrangements: stack, repeat, roll, rot90, eye, diagonals, slices written back ----
+
+@_rule("stack")
+def stack(conv, n, b):
+    e = _E(conv, n)
+    ts = list(b["tensors"])
+    rank = len(_shape(conv, ts[0])[1])
+    d = _dim(b.get("dim", 0), rank + 1)
+    us = [e.op("aten.unsqueeze", [e.x(t)], {"dim": d}) for t in ts]
+    t = _out(n)
+    us = [e.cast(u, t[0]) for u in us]
+    return e.done(us[0] if len(us) == 1 else e.op("aten.cat", us, {"dim": d}), t)
+
+
+@_rule("repeat")
+def repeat(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    reps = list(b["repeats"])
+    shape = [1] * (len(reps) - len(shape)) + list(shape)
+    x = e.reshape(e.x(b["self"]), shape)
+    inter = [v for r, s in zip(reps, shape) for v in (1, s)]
+    x = e.reshape(x, inter)
+    x = e.expand(x, [v for r, s in zip(reps, shape) for v in (r, s)])
+    return e.done(x, _out(n))
+
+
+def _roll(e, x, shape, shift, d):
+    size = shape[d]
+    s = shift % size if size else 0
+    if s == 0:
+        return x
+    return e.op("aten.cat", [e.slice(x, d, size - s, size), e.slice(x, d, 0, size - s)], {"dim": d})
+
+
+@_rule("roll")
+def roll(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    shifts, dims = list(b["shifts"]), list(b.get("dims") or [])
+    x = e.x(b["self"])
+    if not dims:
+        size = _numel(shape)
+        x = _roll(e, e.reshape(x, [size]), [size], shifts[0], 0)
+    else:
+        for s, d in zip(shifts, dims):
+            x = _roll(e, x, list(shape), s, _dim(d, len(shape)))
+    return e.done(x, _out(n))
+
+
+@_rule("rot90")
+def rot90(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    d0, d1 = [_dim(d, len(shape)) for d in b.get("dims", [0, 1])]
+    k = b.get("k", 1) % 4
+    x = e.x(b["self"])
+    if k == 1:
+        x = e.op("aten.transpose", [e.op("aten.flip", [x], {"dims": [d1]})], {"dim0": d0, "dim1": d1})
+    elif k == 2:
+        x = e.op("aten.flip", [x], {"dims": [d0, d1]})
+    elif k == 3:
+        x = e.op("aten.transpose", [e.op("aten.flip", [x], {"dims": [d0]})], {"dim0": d0, "dim1": d1})
+    return e.done(x, _out(n))
+
+
+@_rule("eye")
+def eye(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    rows, cols = t[1]
+    r = e.op("aten.unsqueeze", [e.arange(rows)], {"dim": 1})
+    return e.done(e.op("aten.eq", [r, e.arange(cols)]), t)
+
+
+def _diag_len(s1, s2, off):
+    return max(min(s1 - max(-off, 0), s2 - max(off, 0)), 0)
+
+
+def _to_end(shape, d1, d2):
+    """The permutation moving dims d1, d2 to the end, in that order."""
+    return [k for k in range(len(shape)) if k not in (d1, d2)] + [d1, d2]
+
+
+def _inverse(perm):
+    return [perm.index(k) for k in range(len(perm))]
+
+
+@_rule("diagonal", "diagonal_copy")
+def diagonal(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    off = b.get("offset", 0)
+    d1, d2 = _dim(b.get("dim1", 0), len(shape)), _dim(b.get("dim2", 1), len(shape))
+    perm = _to_end(shape, d1, d2)
+    s1, s2 = shape[d1], shape[d2]
+    batch = [shape[k] for k in perm[:-2]]
+    x = e.reshape(e.permute(e.x(b["self"]), perm), batch + [s1 * s2])
+    length = _diag_len(s1, s2, off)
+    start = off if off >= 0 else -off * s2
+    i = e.op("aten.add", [e.op("aten.mul", [e.arange(length), str(s2 + 1)]), str(start)])
+    return e.done(e.take(x, i, len(batch)), _out(n))
+
+
+@_rule("trace")
+def trace(conv, n, b):
+    e = _E(conv, n)
+    dt, (s1, s2) = _shape(conv, b["self"])
+    x = e.reshape(e.x(b["self"]), [s1 * s2])
+    i = e.op("aten.mul", [e.arange(min(s1, s2)), str(s2 + 1)])
+    t = _out(n)
+    return e.done(e.op("aten.sum", [e.take(x, i, 0)], {"dtype": t[0]}), t)
+
+
+def _diag_place(e, x, xlast, rows, cols, off, batch_rank):
+    """A [..., rows, cols] tensor holding x[..., i - max(-off, 0)] at (i, i + off), and the
+    mask of those positions (x: [..., xlast])."""
+    rs = max(-off, 0)
+    i = e.op("aten.sub", [e.arange(rows), str(rs)])
+    i = e.op("aten.clamp", [i], {"min": 0, "max": max(xlast - 1, 0)})
+    v = e.op("aten.unsqueeze", [e.take(x, i, batch_rank)], {"dim": -1})
+    r = e.op("aten.unsqueeze", [e.arange(rows)], {"dim": 1})
+    mask = e.op("aten.eq", [e.op("aten.sub", [e.arange(cols), r]), str(off)])
+    return v, mask
+
+
+@_rule("diag_embed")
+def diag_embed(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = _shape(conv, b["self"])
+    off = b.get("offset", 0)
+    rank = len(shape) + 1
+    d1, d2 = _dim(b.get("dim1", -2), rank), _dim(b.get("dim2", -1), rank)
+    length = shape[-1]
+    nn_ = length + abs(off)
+    if length == 0:
+        return e.done(e.full(t[1], 0, t[0]), t)
+    v, mask = _diag_place(e, e.x(b["self"]), length, nn_, nn_, off, len(shape) - 1)
+    res = e.where(mask, v, e.full([], 0, dt))  # [..., N, N]
+    perm = _to_end(list(t[1]), d1, d2)  # the output's dims in res's order
+    return e.done(e.permute(res, _inverse(perm)), t)
+
+
+@_rule("diagonal_scatter")
+def diagonal_scatter(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    off = b.get("offset", 0)
+    d1, d2 = _dim(b.get("dim1", 0), len(shape)), _dim(b.get("dim2", 1), len(shape))
+    perm = _to_end(shape, d1, d2)
+    s1, s2 = shape[d1], shape[d2]
+    x = e.permute(e.x(b["self"]), perm)
+    length = _diag_len(s1, s2, off)
+    if length == 0:
+        return e.done(x if perm == list(range(len(shape))) else e.permute(x, _inverse(perm)), _out(n))
+    src = e.cast(e.x(b["src"]), dt)
+    v, mask = _diag_place(e, src, length, s1, s2, off, len(shape) - 2)
+    return e.done(e.permute(e.where(mask, v, x), _inverse(perm)), _out(n))
+
+
+@_rule("select_scatter")
+def select_scatter(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b["dim"], len(shape))
+    i = b["index"]
+    i = i + shape[d] if i < 0 else i
+    x = e.x(b["self"])
+    parts = [e.op("aten.unsqueeze", [e.cast(e.x(b["src"]), dt)], {"dim": d})]
+    if i > 0:
+        parts.insert(0, e.slice(x, d, 0, i))
+    if i < shape[d] - 1:
+        parts.append(e.slice(x, d, i + 1, shape[d]))
+    return e.done(e.op("aten.cat", parts, {"dim": d}) if len(parts) > 1 else parts[0], _out(n))
+
+
+@_rule("slice_scatter")
+def slice_scatter(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b.get("dim", 0), len(shape))
+    size = shape[d]
+    start, end, step = slice(b.get("start"), b.get("end"), b.get("step", 1)).indices(size)
+    end = max(end, start)
+    x = e.x(b["self"])
+    src = e.cast(e.x(b["src"]), dt)
+    count = len(range(start, end, step))
+    if count == 0:
+        return e.done(x, _out(n))
+    if step == 1:
+        parts = ([e.slice(x, d, 0, start)] if start > 0 else []) + [src] + \
+            ([e.slice(x, d, end, size)] if end < size else [])
+        return e.done(e.op("aten.cat", parts, {"dim": d}) if len(parts) > 1 else src, _out(n))
+    p = e.op("aten.sub", [e.arange(size), str(start)])
+    inside = e.op("aten.logical_and", [e.op("aten.ge", [p, "0"]), e.op("aten.lt", [p, str(end - start)])])
+    inside = e.op("aten.logical_and", [inside, e.op("aten.eq", [e.op("aten.remainder", [p, str(step)]), "0"])])
+    q = e.op("aten.clamp", [e.op("aten.div", [p, str(step)], {"rounding_mode": "floor"})], {"min": 0,
+                                                                                          "max": count - 1})
+    v = e.take(src, q, d)
+    return e.done(e.where(e.along(inside, d, len(shape)), v, x), _out(n))
+
+
+def _strided_index(e, size, stride, offset):
+    """The flat storage position of each element of an as_strided view (shape size)."""
+    r = len(size)
+    lin = e.full([1] * r, offset, torch.int64)
+    for k in range(r):
+        if size[k] != 1 and stride[k] != 0:
+            lin = e.op("aten.add", [lin, e.along(e.op("aten.mul", [e.arange(size[k]), str(stride[k])]), k, r)])
+    return e.expand(lin, size)
+
+
+def _dense_input(conv, v, what):
+    """v's storage is its elements in row-major order (as_strided reads storage)."""
+    from .fx import meta_stride
+    dt, shape = _shape(conv, v)
+    st = meta_stride(v)
+    val = v.meta.get("val")
+    off = val.storage_offset() if hasattr(val, "storage_offset") else 0
+    want = _strides(list(shape))
+    if st is None or off != 0 or any(s != w for s, w, z in zip(st, want, shape) if z > 1):
+        raise _unsupported("%s of a non-contiguous input (it reads the storage)" % what)
+    return dt, shape
+
+
+@_rule("as_strided", "as_strided_copy")
+def as_strided(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _dense_input(conv, b["self"], "as_strided")
+    size, stride = list(b["size"]), list(b["stride"])
+    lin = _strided_index(e, size, stride, b.get("storage_offset") or 0)
+    x = e.reshape(e.x(b["self"]), [_numel(shape)])
+    return e.done(e.take(x, e.checked(lin, _numel(shape)), 0), _out(n))
+
+
+@_rule("as_strided_scatter")
+def as_strided_scatter(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _dense_input(conv, b["self"], "as_strided_scatter")
+    size, stride = list(b["size"]), list(b["stride"])
+    m, total = _numel(size), _numel(shape)
+    lin = e.reshape(_strided_index(e, size, stride, b.get("storage_offset") or 0), [m])
+    lin = e.checked(lin, total)
+    vals = e.reshape(e.cast(e.x(b["src"]), dt), [m])
+    r = _put(e, e.reshape(e.x(b["self"]), [total]), dt, [total], 0, lin, m, vals, False)
+    return e.done(r, _out(n))
+
+
+@_rule("unfold", "unfold_copy")
+def unfold(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    shape = list(shape) or [1]
+    d = _dim(b["dimension"], len(shape))
+    size, step = b["size"], b["step"]
+    count = (shape[d] - size) // step + 1
+    x = e.reshape(e.x(b["self"]), shape)
+    i = e.op("aten.add", [e.op("aten.unsqueeze", [e.op("aten.mul", [e.arange(count), str(step)])], {"dim": 1}),
+                          e.arange(size)])
+    x = e.take(x, i, d)  # shape[:d] + [count, size] + shape[d+1:]
+    r = len(shape) + 1
+    perm = [k for k in range(r) if k != d + 1] + [d + 1]
+    return e.done(e.permute(x, perm), _out(n))
+
+
+@_rule("pixel_shuffle")
+def pixel_shuffle(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    f = b["upscale_factor"]
+    *lead, c, h, w = shape
+    k = len(lead)
+    x = e.reshape(e.x(b["self"]), lead + [c // (f * f), f, f, h, w])
+    x = e.permute(x, list(range(k)) + [k, k + 3, k + 1, k + 4, k + 2])
+    return e.done(x, _out(n))
+
+
+@_rule("pixel_unshuffle")
+def pixel_unshuffle(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    f = b["downscale_factor"]
+    *lead, c, h, w = shape
+    k = len(lead)
+    x = e.reshape(e.x(b["self"]), lead + [c, h // f, f, w // f, f])
+    x = e.permute(x, list(range(k)) + [k, k + 2, k + 4, k + 1, k + 3])
+    return e.done(x, _out(n))
+
+
+@_rule("channel_shuffle", "native_channel_shuffle")
+def channel_shuffle(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    g = b["groups"]
+    x = e.reshape(e.x(b["self"]), [shape[0], g, shape[1] // g] + list(shape[2:]))
+    return e.done(e.op("aten.transpose", [x], {"dim0": 1, "dim1": 2}), _out(n))
+
+
+@_rule("_chunk_cat")
+def chunk_cat(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    nc = b["num_chunks"]
+    parts = []
+    for v in b["tensors"]:
+        dt, shape = _shape(conv, v)
+        d = _dim(b["dim"], len(shape))
+        chunk = -(-shape[d] // nc)
+        x = e.cast(e.x(v), t[0])
+        want = list(shape)
+        want[d] = chunk * nc
+        x = _grow(e, x, list(shape), want, 0, t[0])
+        parts.append(e.reshape(x, list(shape[:d]) + [nc, chunk * _numel(shape[d + 1:])]))
+    return e.done(e.op("aten.cat", parts, {"dim": d + 1}) if len(parts) > 1 else parts[0], t)
+
+
+@_rule("block_diag")
+def block_diag(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    blocks = []
+    for v in b["tensors"]:
+        dt, shape = _shape(conv, v)
+        shape = {0: [1, 1], 1: [1, shape[0] if shape else 1]}.get(len(shape), list(shape))
+        blocks.append((e.cast(e.reshape(e.x(v), shape), t[0]), shape))
+    total = sum(s[1] for _, s in blocks)
+    rows, at = [], 0
+    for x, (r, c) in blocks:
+        parts = ([e.full([r, at], 0, t[0])] if at else []) + [x] + \
+            ([e.full([r, total - at - c], 0, t[0])] if total - at - c else [])
+        rows.append(e.op("aten.cat", parts, {"dim": 1}) if len(parts) > 1 else x)
+        at += c
+    return e.done(e.op("aten.cat", rows, {"dim": 0}) if len(rows) > 1 else rows[0], t)
+
+
+@_rule("zero")
+def zero(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    return e.done(e.full(t[1], 0, t[0]), t)
+
+
+# ---- the *_copy forms of views: the view, then a copy ----
+
+def _reshaped(conv, n, b):
+    e = _E(conv, n)
+    return e.done(e.x(b["self"]), _out(n))
+
+
+for _name in ("alias_copy", "squeeze_copy", "unsqueeze_copy", "view_copy", "_reshape_copy"):
+    RULES[_name] = _reshaped
+
+
+def _view_copy(conv, n, b):
+    if n.target._overloadname == "dtype":
+        raise _unsupported("view_copy as another dtype (a bit cast)")
+    return _reshaped(conv, n, b)
+
+
+RULES["view_copy"] = _view_copy
+
+
+@_rule("expand_copy")
+def expand_copy(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    return e.done(e.expand(e.x(b["self"]), t[1]), t)
+
+
+@_rule("permute_copy")
+def permute_copy(conv, n, b):
+    e = _E(conv, n)
+    return e.done(e.permute(e.x(b["self"]), list(b["dims"])), _out(n))
+
+
+@_rule("transpose_copy", "t_copy")
+def transpose_copy(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    d0, d1 = (b["dim0"], b["dim1"]) if "dim0" in b else (0, 1)
+    x = e.x(b["self"])
+    if len(shape) >= 2:
+        x = e.op("aten.transpose", [x], {"dim0": d0, "dim1": d1})
+    return e.done(x, _out(n))
+
+
+@_rule("narrow_copy")
+def narrow_copy(conv, n, b):
+    e = _E(conv, n)
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b["dim"], len(shape))
+    s = b["start"]
+    s = s + shape[d] if s < 0 else s
+    return e.done(e.slice(e.x(b["self"]), d, s, s + b["length"]), _out(n))
+
+
+def _copies(view_rule):
+    """A multi-output view's *_copy form: each piece copied (a clone of the view)."""
+    def rule(conv, n, b):
+        lines = view_rule(conv, n, b)
+        e = _E(conv, n)
+        e.lines = list(lines)
+        outs = []
+        for k, v in enumerate(conv.names[n]):
+            outs.append(e.op("aten.clone", [v], out="%%%s.c%d" % (n.name, k)))
+        conv.names[n] = outs
+        return e.lines
+    return rule
+
+
+def _install_copies():
+    from . import decomp
+    RULES["unbind_copy"] = _copies(decomp.unbind)
+    RULES["split_with_sizes_copy"] = _copies(decomp.split_with_sizes)
+    RULES["split_copy"] = _copies(decomp.split)
+    RULES["unsafe_split"] = _copies(decomp.split)
+    RULES["unsafe_split_with_sizes"] = _copies(decomp.split_with_sizes)
+
+
+_install_copies()

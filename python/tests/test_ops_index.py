@@ -176,3 +176,66 @@ def test_integer_and_bool_dtypes(front):
     check(front, lambda x, s, i: x.index_copy(0, i, s), torch.randint(0, 9, (3, 2)), torch.randint(0, 9, (2, 2)),
           T([2, 0]), ops=("aten.index_copy",))
     check(front, lambda x, i: x[i], torch.rand(2, 3) > 0.5, T([1, 0, 1]), ops=("aten.index",))
+
+
+# ---- rearrangements ----
+
+def test_stack_repeat_roll_rot90(front):
+    check(front, lambda x, y: torch.stack([x, y * 2], 1).sin(), rnd(3, 4), rnd(3, 4), ops=("aten.stack",))
+    check(front, lambda x: x.repeat(2, 1, 3) * 2, rnd(3, 4), ops=("aten.repeat",))
+    check(front, lambda x: torch.roll(x, (1, -3), (0, 1)) * 2, rnd(3, 4), ops=("aten.roll",))
+    check(front, lambda x: torch.roll(x, 5) * 2, rnd(3, 4), ops=("aten.roll",))
+    for k in (1, 2, 3):
+        check(front, lambda x: torch.rot90(x, k, (0, 2)) * 2, rnd(2, 3, 4), ops=("aten.rot90",))
+
+
+def test_eye(front):
+    if front != "torch.compile":
+        pytest.skip("a function without tensor inputs (torch.compile only)")
+    check(front, lambda x: torch.eye(3, 5) + x, rnd(3, 5), ops=("aten.eye",))
+
+
+@pytest.mark.parametrize("off", [0, 2, -1])
+def test_diagonals(front, off):
+    check(front, lambda x: torch.diagonal(x, off, 2, 0).exp(), rnd(3, 2, 4), ops=("aten.diagonal",))
+    check(front, lambda x: torch.diag_embed(x, off, 0, 2) * 2, rnd(2, 3), ops=("aten.diag_embed",))
+    check(front, lambda x, s: torch.diagonal_scatter(x, s, off) * 2, rnd(4, 3),
+          rnd(3 - max(off, 0) if off >= 0 else 3), ops=("aten.diagonal_scatter",))
+
+
+def test_trace(front):
+    check(front, lambda x: torch.trace(x) * 2, rnd(3, 4), ops=("aten.trace",))
+
+
+def test_select_and_slice_scatter(front):
+    if not fjt.REGISTERED:
+        pytest.skip("PyTorch 1.13's own backward of these scatters reads uninitialized memory / refuses sizes")
+    check(front, lambda x, s: torch.select_scatter(x, s, dim=1, index=-1) * 2, rnd(3, 4), rnd(3), ops=("aten.select_scatter",))
+    check(front, lambda x, s: torch.slice_scatter(x, s, dim=1, start=1, end=3) * 2, rnd(3, 4), rnd(3, 2), ops=("aten.slice_scatter",))
+    check(front, lambda x, s: torch.slice_scatter(x, s, dim=0, start=0, end=5, step=2) * 2, rnd(5, 2), rnd(3, 2),
+          ops=("aten.slice_scatter",))
+
+
+def test_as_strided_forms(front):
+    if not fjt.REGISTERED:
+        pytest.skip("PyTorch 1.13's own backward of these scatters reads uninitialized memory / refuses sizes")
+    # no element twice (an overlapping view's gradient differs between eager and AOTAutograd)
+    check(front, lambda x: torch.as_strided(x * 2, (3, 2), (1, 3), 1), rnd(8), ops=("aten.as_strided",))
+    check(front, lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 2), 1) * 2, rnd(8), rnd(2, 2),
+          ops=("aten.as_strided_scatter",))
+
+
+def test_unfold_and_pixel_shuffles(front):
+    check(front, lambda x: x.unfold(1, 3, 2) * 2, rnd(2, 7, 3), ops=("aten.unfold",))
+    check(front, lambda x: torch.pixel_shuffle(x, 2) * 2, rnd(1, 8, 2, 3), ops=("aten.pixel_shuffle",))
+    check(front, lambda x: torch.pixel_unshuffle(x, 2) * 2, rnd(1, 2, 4, 6), ops=("aten.pixel_unshuffle",))
+    grad = hasattr(torch, "compile")  # PyTorch 1.13 has no derivative for channel_shuffle
+    check(front, lambda x: torch.nn.functional.channel_shuffle(x, 2) * 2, rnd(1, 4, 2, 2, grad=grad),
+          ops=("aten.channel_shuffle", "aten.native_channel_shuffle"))
+
+
+def test_block_diag_and_copies(front):
+    check(front, lambda x, y: torch.block_diag(x, y) * 2, rnd(2, 3), rnd(1, 2), ops=("aten.block_diag",))
+    check(front, lambda x: torch.permute_copy(x, (1, 0)) * 2, rnd(2, 3), ops=("aten.permute_copy",))
+    check(front, lambda x: torch.t_copy(x) + torch.transpose_copy(x, 0, 1), rnd(2, 3),
+          ops=("aten.t_copy", "aten.transpose_copy"))
