@@ -1023,3 +1023,164 @@ def _install_copies():
 
 
 _install_copies()
+
+
+# ---- reflection and replication pads, and their backwards ----
+
+def _pad_index(e, size, lo, hi, kind):
+    """For each position of a dim padded from size by lo, hi: the input position it reads."""
+    i = e.op("aten.sub", [e.arange(size + lo + hi), str(lo)])
+    if kind == "replication":
+        return e.op("aten.clamp", [i], {"min": 0, "max": size - 1})
+    i = e.op("aten.abs", [i])
+    return e.op("aten.sub", [str(size - 1), e.op("aten.abs", [e.op("aten.sub", [str(size - 1), i])])])
+
+
+def _pad_plan(shape, padding):
+    """(dim, lo, hi) for each padded dim, last dim first."""
+    return [(len(shape) - 1 - k, padding[2 * k], padding[2 * k + 1]) for k in range(len(padding) // 2)]
+
+
+def _pad(kind):
+    def rule(conv, n, b):
+        e = _E(conv, n)
+        dt, shape = _shape(conv, b["self"])
+        x = e.x(b["self"])
+        cur = list(shape)
+        for d, lo, hi in _pad_plan(shape, list(b["padding"])):
+            x = e.op("aten.index_select", [x, _pad_index(e, cur[d], lo, hi, kind)], {"dim": d})
+            cur[d] += lo + hi
+        return e.done(x, _out(n))
+    return rule
+
+
+def _pad_backward(kind):
+    def rule(conv, n, b):
+        e = _E(conv, n)
+        dt, shape = _shape(conv, b["self"])
+        g = e.x(b["grad_output"])
+        steps, cur = [], list(shape)
+        for d, lo, hi in _pad_plan(shape, list(b["padding"])):
+            steps.append((d, list(cur), _pad_index(e, cur[d], lo, hi, kind)))
+            cur[d] += lo + hi
+        for d, before, i in reversed(steps):
+            g = e.op("aten.index_add", [e.full(before, 0, dt), i, g], {"dim": d})
+        return e.done(g, _out(n))
+    return rule
+
+
+for _k in ("reflection", "replication"):
+    for _nd in (1, 2, 3):
+        RULES["%s_pad%dd" % (_k, _nd)] = _pad(_k)
+        RULES["%s_pad%dd_backward" % (_k, _nd)] = _pad_backward(_k)
+
+
+# ---- searches: bucketize, searchsorted, isin, histc ----
+
+def _bound_count(e, seq, vals, right, k, dim):
+    """PyTorch's binary search (lower or upper bound) of vals in seq (sorted, NaNs last)
+    as counts: of the non-NaN entries that lie before each value, or k when all of them
+    do. seq and vals broadcast against each other with the seq's entries along dim."""
+    before = e.op("aten.logical_not", [e.op("aten.gt" if right else "aten.ge", [seq, vals])])
+    real = e.op("aten.logical_not", [e.op("aten.isnan", [seq])])
+    c = e.op("aten.sum", [e.cast(e.op("aten.logical_and", [before, real]), torch.int64)], {"dims": [dim]})
+    m = e.op("aten.sum", [e.cast(real, torch.int64)], {"dims": [dim]})
+    return e.where(e.op("aten.eq", [c, m]), str(k), c)
+
+
+def _scalar_or(e, v, what):
+    return e.x(v) if isinstance(v, torch.fx.Node) else e.full([], v, what)
+
+
+@_rule("bucketize")
+def bucketize(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    bt, bs = _shape(conv, b["boundaries"])
+    x = b["self"]
+    xs = _shape(conv, x)[1] if isinstance(x, torch.fx.Node) else ()
+    if _numel(bs) * max(_numel(xs), 1) > DENSE_LIMIT:
+        raise _unsupported("bucketize over %d x %d comparisons (over the bridge's limit of %d)"
+                           % (_numel(bs), _numel(xs), DENSE_LIMIT))
+    xv = e.op("aten.unsqueeze", [_scalar_or(e, x, bt)], {"dim": -1})
+    return e.done(_bound_count(e, e.x(b["boundaries"]), xv, bool(b.get("right")), bs[0], -1), t)
+
+
+@_rule("searchsorted")
+def searchsorted(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    st, ss = _shape(conv, b["sorted_sequence"])
+    seq = e.x(b["sorted_sequence"])
+    if b.get("sorter") is not None:
+        seq = e.op("aten.gather", [seq, _index_of(e, conv, b["sorter"])], {"dim": -1})
+    right = bool(b.get("right")) or b.get("side") == "right"
+    x = b["self"]
+    xs = _shape(conv, x)[1] if isinstance(x, torch.fx.Node) else ()
+    if _numel(ss) * max(xs[-1] if xs else 1, 1) * (1 if len(ss) > 1 else max(_numel(xs), 1)) > DENSE_LIMIT:
+        raise _unsupported("searchsorted over more comparisons than the bridge's limit of %d" % DENSE_LIMIT)
+    xv = e.op("aten.unsqueeze", [_scalar_or(e, x, st)], {"dim": -1})  # [..., V, 1]
+    if len(ss) > 1:
+        seq = e.op("aten.unsqueeze", [seq], {"dim": -2})  # [..., 1, K]
+    return e.done(_bound_count(e, seq, xv, right, ss[-1], -1), t)
+
+
+@_rule("isin")
+def isin(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    el, te = b["elements"], b["test_elements"]
+    es = _shape(conv, el)[1] if isinstance(el, torch.fx.Node) else ()
+    ts = _shape(conv, te)[1] if isinstance(te, torch.fx.Node) else ()
+    if max(_numel(es), 1) * max(_numel(ts), 1) > DENSE_LIMIT:
+        raise _unsupported("isin over %d x %d comparisons (over the bridge's limit of %d)"
+                           % (_numel(es), _numel(ts), DENSE_LIMIT))
+    x = e.op("aten.unsqueeze", [e.x(el) if isinstance(el, torch.fx.Node) else e.full([], el, torch.float64)],
+             {"dim": -1})
+    tv = e.reshape(e.x(te), [_numel(ts)]) if isinstance(te, torch.fx.Node) else fmt_number(te)
+    hit = e.op("aten.eq", [x, tv])
+    hit = e.op("aten.gt", [e.op("aten.sum", [e.cast(hit, torch.int32)], {"dims": [-1]}), "0"])
+    if b.get("invert"):
+        hit = e.op("aten.logical_not", [hit])
+    return e.done(hit, t)
+
+
+@_rule("histc")
+def histc(conv, n, b):
+    """PyTorch's histc: bin edges linspace(lo, hi, bins + 1) as its CPU kernel computes them
+    (lo, hi the data's min and max when min == max, widened by 1 when equal); an element
+    falls in the last bin whose edge it reaches, the top edge included; outside [lo, hi] it
+    is not counted."""
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = _shape(conv, b["self"])
+    bins = int(b.get("bins", 100))
+    lo, hi = b.get("min", 0), b.get("max", 0)
+    size = _numel(shape)
+    x = e.reshape(e.x(b["self"]), [size])
+    if size * (bins + 1) > DENSE_LIMIT:
+        raise _unsupported("histc over %d x %d comparisons (over the bridge's limit of %d)"
+                           % (size, bins + 1, DENSE_LIMIT))
+    if size == 0:
+        return e.done(e.full([bins], 0, dt), t)
+    if lo > hi:
+        raise _unsupported("histc with min > max (PyTorch raises the error)")
+    if lo == hi:
+        lo, hi = e.op("aten.amin", [x]), e.op("aten.amax", [x])
+        same = e.op("aten.eq", [lo, hi])
+        lo = e.where(same, e.op("aten.sub", [lo, "1"]), lo)
+        hi = e.where(same, e.op("aten.add", [hi, "1"]), hi)
+    else:
+        lo, hi = e.full([], lo, dt), e.full([], hi, dt)
+    step = e.op("aten.div", [e.op("aten.sub", [hi, lo]), e.full([], bins, dt)])
+    i = e.arange(bins + 1, dt)
+    low = e.op("aten.add", [lo, e.op("aten.mul", [step, i])])
+    high = e.op("aten.sub", [hi, e.op("aten.mul", [step, e.op("aten.sub", [e.full([], bins, dt), i])])])
+    edges = e.where(e.op("aten.lt", [e.arange(bins + 1), str((bins + 1) // 2)]), low, high)
+    reached = e.op("aten.le", [edges, e.op("aten.unsqueeze", [x], {"dim": 1})])  # [size, bins + 1]
+    pos = e.op("aten.sub", [e.op("aten.sum", [e.cast(reached, torch.int64)], {"dims": [1]}), "1"])
+    pos = e.op("aten.clamp", [pos], {"max": bins - 1})
+    inside = e.op("aten.logical_and", [e.op("aten.ge", [x, lo]), e.op("aten.le", [x, hi])])
+    pos = e.where(inside, pos, str(bins))
+    cnt = e.op("aten.index_add", [e.full([bins + 1], 0, dt), pos, e.full([size], 1, dt)], {"dim": 0})
+    return e.done(e.slice(cnt, 0, 0, bins), t)

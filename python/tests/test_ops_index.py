@@ -239,3 +239,47 @@ def test_block_diag_and_copies(front):
     check(front, lambda x: torch.permute_copy(x, (1, 0)) * 2, rnd(2, 3), ops=("aten.permute_copy",))
     check(front, lambda x: torch.t_copy(x) + torch.transpose_copy(x, 0, 1), rnd(2, 3),
           ops=("aten.t_copy", "aten.transpose_copy"))
+
+
+# ---- pads ----
+
+@pytest.mark.parametrize("mode,shape,pad", [("reflect", (2, 3, 5), (2, 1)), ("replicate", (2, 3, 5), (3, 0)),
+                                            ("reflect", (1, 2, 4, 5), (1, 2, 3, 1)),
+                                            ("replicate", (1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2)),
+                                            ("replicate", (1, 2, 4, 5), (-1, 2, 1, -2))])
+def test_reflection_and_replication_pads(front, mode, shape, pad):
+    if front == "aot_function" and len(shape) == 5 and mode == "reflect":
+        pytest.skip("no reflection_pad3d in PyTorch 1.13")
+    if any(p < 0 for p in pad) and not fjt.REGISTERED:
+        pytest.skip("PyTorch 1.13 refuses negative replication pads")
+    check(front, lambda x: torch.nn.functional.pad(x, pad, mode=mode) * 2, rnd(*shape),
+          ops=tuple("aten.%s_pad%dd%s" % (k, len(shape) - 2, s) for k in ("reflection", "replication")
+                    for s in ("", "_backward")))
+
+
+# ---- searches ----
+
+def test_bucketize_and_searchsorted(front):
+    b = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])
+    x = torch.tensor([[-2.0, 0.0, 0.3], [0.5, 2.0, float("nan")]])
+    for right in (False, True):
+        check(front, lambda x, b: torch.bucketize(x, b, right=right), x, b, ops=("aten.bucketize",))
+        check(front, lambda x, b: torch.searchsorted(b, x, right=right, out_int32=True), x, b,
+              ops=("aten.searchsorted",))
+    seq = torch.sort(torch.randn(2, 6)).values
+    check(front, lambda s, x: torch.searchsorted(s, x, side="right"), seq, torch.randn(2, 3), ops=("aten.searchsorted",))
+    perm = torch.randperm(6).expand(2, 6).contiguous()
+    check(front, lambda s, x, p: torch.searchsorted(s, x, sorter=p), torch.gather(seq, 1, torch.argsort(perm, 1)),
+          torch.randn(2, 3), perm, ops=("aten.searchsorted",))
+
+
+def test_isin(front):
+    x, t = torch.randint(0, 8, (3, 4)), torch.tensor([1, 5, 5, 7])
+    check(front, lambda x, t: torch.isin(x, t), x, t, ops=("aten.isin",))
+    check(front, lambda x, t: torch.isin(x, t, invert=True), x, t, ops=("aten.isin",))
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 0), (-1, 1), (0.5, 0.5)])
+def test_histc(front, lo, hi):
+    x = torch.cat([torch.randn(50), torch.tensor([-1.0, 1.0, 0.5, 0.0])])
+    check(front, lambda x: torch.histc(x, 7, lo, hi), x, ops=("aten.histc",))
