@@ -1184,3 +1184,113 @@ def histc(conv, n, b):
     pos = e.where(inside, pos, str(bins))
     cnt = e.op("aten.index_add", [e.full([bins + 1], 0, dt), pos, e.full([size], 1, dt)], {"dim": 0})
     return e.done(e.slice(cnt, 0, 0, bins), t)
+
+
+# ---- max_unpool, im2col, col2im ----
+
+def _max_unpool(nd):
+    def rule(conv, n, b):
+        """Each value written at its plane's flat index. Repeated indices (overlapping
+        pooling windows) carry the same value, the one max_pool found there: the rule
+        writes the mean of the values at an index, which is that value."""
+        e = _E(conv, n)
+        t = _out(n)
+        dt, shape = _shape(conv, b["self"])
+        it, ishape = _shape(conv, b["indices"])
+        out_plane = _numel(list(b["output_size"]))
+        planes = _numel(shape[:-nd])
+        m = _numel(shape[-nd:])
+        size = planes * out_plane
+        i = e.checked(e.reshape(_index_of(e, conv, b["indices"]), [planes, m]), out_plane)
+        base = e.op("aten.mul", [e.op("aten.unsqueeze", [e.arange(planes)], {"dim": 1}), str(out_plane)])
+        lin = e.reshape(e.op("aten.add", [i, base]), [planes * m])
+        cd = torch.int64 if dt == torch.bool else dt
+        vals = e.reshape(e.cast(e.x(b["self"]), cd), [planes * m])
+        total = e.op("aten.index_add", [e.full([size], 0, cd), lin, vals], {"dim": 0})
+        cnt = e.op("aten.index_add", [e.full([size], 0, torch.int64), lin, e.full([planes * m], 1, torch.int64)],
+                   {"dim": 0})
+        cnt = e.op("aten.clamp", [cnt], {"min": 1})
+        if cd.is_floating_point:
+            r = e.op("aten.div", [total, e.cast(cnt, cd)])
+        else:
+            r = e.op("aten.div", [total, e.cast(cnt, cd)], {"rounding_mode": "floor"})
+        return e.done(r, t)
+    return rule
+
+
+RULES["max_unpool2d"] = _max_unpool(2)
+RULES["max_unpool3d"] = _max_unpool(3)
+
+
+def _window_index(e, count, kernel, dil, stride):
+    """[kernel, count]: the padded input position each kernel tap of each window reads."""
+    k = e.op("aten.unsqueeze", [e.op("aten.mul", [e.arange(kernel), str(dil)])], {"dim": 1})
+    return e.op("aten.add", [k, e.op("aten.mul", [e.arange(count), str(stride)])])
+
+
+def _im2col_sizes(b, spatial):
+    kh, kw = b["kernel_size"]
+    dh, dw = b["dilation"]
+    ph, pw = b["padding"]
+    sh, sw = b["stride"]
+    h, w = spatial
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow)
+
+
+@_rule("im2col")
+def im2col(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = _shape(conv, b["self"])
+    lead = list(shape[:-2])
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = _im2col_sizes(b, shape[-2:])
+    r = len(shape)
+    x = e.x(b["self"])
+    cur = list(shape)
+    for d, p in ((r - 2, ph), (r - 1, pw)):
+        if p:
+            side = cur[:d] + [p] + cur[d + 1:]
+            x = e.op("aten.cat", [e.full(side, 0, dt), x, e.full(side, 0, dt)], {"dim": d})
+            cur[d] += 2 * p
+    x = e.take(x, _window_index(e, oh, kh, dh, sh), r - 2)  # lead + [kh, oh, W]
+    x = e.take(x, _window_index(e, ow, kw, dw, sw), r)  # lead + [kh, oh, kw, ow]
+    k = len(lead)
+    x = e.permute(x, list(range(k - 1)) + [k - 1, k, k + 2, k + 1, k + 3])
+    return e.done(x, t)
+
+
+@_rule("col2im")
+def col2im(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = _shape(conv, b["self"])
+    h, w = b["output_size"]
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = _im2col_sizes(b, (h, w))
+    batch = list(shape[:-2])
+    c = shape[-2] // (kh * kw)
+    lead = batch + [c]
+    k = len(lead)
+    x = e.reshape(e.x(b["self"]), lead + [kh, kw, oh, ow])
+    x = e.permute(x, list(range(k)) + [k, k + 2, k + 1, k + 3])  # lead + [kh, oh, kw, ow]
+    x = e.reshape(x, lead + [kh * oh, kw * ow])
+    hp, wp = h + 2 * ph, w + 2 * pw
+    iw = e.reshape(_window_index(e, ow, kw, dw, sw), [kw * ow])
+    x = e.op("aten.index_add", [e.full(lead + [kh * oh, wp], 0, dt), iw, x], {"dim": k + 1})
+    ih = e.reshape(_window_index(e, oh, kh, dh, sh), [kh * oh])
+    x = e.op("aten.index_add", [e.full(lead + [hp, wp], 0, dt), ih, x], {"dim": k})
+    x = e.slice(e.slice(x, k, ph, ph + h), k + 1, pw, pw + w)
+    return e.done(x, t)
+
+
+# ---- factories whose contents PyTorch leaves undefined: zeros ----
+
+def _empty_like_shape(conv, n, b):
+    e = _E(conv, n)
+    t = _out(n)
+    return e.done(e.full(t[1], 0, t[0]), t)
+
+
+for _name in ("new_empty", "new_empty_strided", "empty_strided", "empty_permuted"):
+    RULES[_name] = _empty_like_shape

@@ -283,3 +283,23 @@ def test_isin(front):
 def test_histc(front, lo, hi):
     x = torch.cat([torch.randn(50), torch.tensor([-1.0, 1.0, 0.5, 0.0])])
     check(front, lambda x: torch.histc(x, 7, lo, hi), x, ops=("aten.histc",))
+
+
+# ---- max_unpool, unfold / fold (im2col / col2im) ----
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_max_unpool(front, nd):
+    pool = getattr(torch.nn.functional, "max_pool%dd" % nd)
+    unpool = getattr(torch.nn.functional, "max_unpool%dd" % nd)
+    x = torch.randn(*((2, 3) + (6,) * nd))
+    y, i = pool(x, 3, 2, return_indices=True)  # overlapping windows: some indices repeat
+    check(front, lambda y, i: unpool(y, i, 3, 2, output_size=x.shape[2:]) * 2, y.requires_grad_(), i,
+          ops=("aten.max_unpool2d", "aten.max_unpool3d"))
+
+
+def test_unfold_and_fold(front):
+    F = torch.nn.functional
+    check(front, lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)) * 2, rnd(2, 3, 5, 7),
+          ops=("aten.im2col", "aten.col2im"))
+    check(front, lambda c: F.fold(c, (5, 7), (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)) * 2,
+          rnd(2, 18, 9), ops=("aten.im2col", "aten.col2im"))
