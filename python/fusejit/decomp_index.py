@@ -13,6 +13,7 @@ scatter primitive in fusejit: they compare each index with every position of
 its dim (one-hot, [.., size, count, ..]) and reduce, which is bounded by
 DENSE_LIMIT elements."""
 import math
+import operator
 
 import torch
 
@@ -1294,3 +1295,127 @@ def _empty_like_shape(conv, n, b):
 
 for _name in ("new_empty", "new_empty_strided", "empty_strided", "empty_permuted"):
     RULES[_name] = _empty_like_shape
+
+
+@_rule("nonzero_static")
+def nonzero_static(conv, n, b):
+    """The first `size` nonzero positions (row-major), each true element sent to the slot
+    its count of earlier true elements names; the slots past the count hold fill_value."""
+    e = _E(conv, n)
+    t = _out(n)
+    dt, shape = _shape(conv, b["self"])
+    size, fill = int(b["size"]), b.get("fill_value", -1)
+    total = _numel(shape)
+    if not shape or total == 0 or size == 0:
+        return e.done(e.full(t[1], fill if total == 0 or size == 0 else 0, t[0]), t)
+    m = e.op("aten.ne", [e.reshape(e.x(b["self"]), [total]), "0"])
+    rank = e.op("aten.sub", [e.op("aten.cumsum", [e.cast(m, torch.int64)], {"dim": 0}), "1"])
+    keep = e.op("aten.logical_and", [m, e.op("aten.lt", [rank, str(size)])])
+    slot = e.where(keep, rank, str(size))
+    j = e.op("aten.index_add", [e.full([size + 1], 0, torch.int64), slot, e.arange(total)], {"dim": 0})
+    j = e.slice(j, 0, 0, size)
+    filled = e.op("aten.lt", [e.arange(size), e.op("aten.sum", [e.cast(m, torch.int64)])])
+    coords = []
+    for s, st in zip(shape, _strides(list(shape))):
+        c = e.op("aten.div", [j, str(st)], {"rounding_mode": "floor"})
+        coords.append(e.op("aten.unsqueeze", [e.op("aten.remainder", [c, str(s)])], {"dim": 1}))
+    c = e.op("aten.cat", coords, {"dim": 1}) if len(coords) > 1 else coords[0]
+    return e.done(e.where(e.op("aten.unsqueeze", [filled], {"dim": 1}), c, str(fill)), t)
+
+
+@_rule("_embedding_bag_forward_only", "_embedding_bag")
+def embedding_bag(conv, n, b):
+    """The bags' sums, means or maxima (output 0). The other outputs (offset2bag, bag_size,
+    max_indices) are PyTorch's bookkeeping for its own backward: the rule takes the call
+    only when nothing reads them (inference), and gives them as zeros."""
+    from .fx import meta_values
+    if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in n.users):
+        raise _unsupported("embedding_bag whose offset2bag / bag_size / max_indices are read (PyTorch's "
+                           "backward takes them)")
+    e = _E(conv, n)
+    wt, (rows, dim) = _shape(conv, b["weight"])
+    it, (length,) = _shape(conv, b["indices"])
+    ot, (no,) = _shape(conv, b["offsets"])
+    last = bool(b.get("include_last_offset"))
+    bags = no - 1 if last else no
+    mode = int(b.get("mode", 0))
+    pad = b.get("padding_idx", -1)
+    pad = -1 if pad is None else pad
+    if length * max(bags, 1) * (dim if mode == 2 else 1) > DENSE_LIMIT:
+        raise _unsupported("embedding_bag over %d indices and %d bags (over the bridge's limit of %d)"
+                           % (length, bags, DENSE_LIMIT))
+    outs = meta_values(n)
+    names = []
+    for k, v in enumerate(outs[1:], 1):
+        names.append(e.op("aten.full", [], {"shape": list(v.shape), "value": 0, "dtype": v.dtype},
+                          out="%%%s.%d" % (n.name, k)))
+    idx = e.checked(_index_of(e, conv, b["indices"]), rows)
+    offs = e.cast(e.x(b["offsets"]), torch.int64)
+    starts = e.slice(offs, 0, 0, bags)
+    j = e.arange(length)
+    bag = e.op("aten.sub", [e.op("aten.sum", [e.cast(e.op("aten.le", [starts, e.op("aten.unsqueeze", [j], {"dim": 1})]),
+                                                     torch.int64)], {"dims": [1]}), "1"])
+    valid = e.op("aten.ge", [bag, "0"])
+    if pad >= 0:
+        valid = e.op("aten.logical_and", [valid, e.op("aten.ne", [idx, str(pad)])])
+    slot = counted = e.where(valid, bag, str(bags))
+    if last and pad < 0 and mode != 2:
+        # The last offset, where it falls short of the end, ends the last bag's sum in PyTorch's
+        # CPU kernels without a padding_idx; its count (mean), max and the padded forms run on
+        # to the end of the indices.
+        slot = e.where(e.op("aten.lt", [j, e.slice(offs, 0, bags, bags + 1)]), slot, str(bags))
+    vec = e.take(e.x(b["weight"]), idx, 0)  # [length, dim]
+    if mode == 2:
+        oh = e.op("aten.logical_and", [e.op("aten.eq", [e.op("aten.unsqueeze", [e.arange(bags)], {"dim": 1}),
+                                                        slot]), valid])  # [bags, length]
+        ident = float("-inf") if wt.is_floating_point else torch.iinfo(wt).min
+        m = e.where(e.op("aten.unsqueeze", [oh], {"dim": 2}), e.op("aten.unsqueeze", [vec], {"dim": 0}),
+                    e.full([], ident, wt))
+        r = e.op("aten.amax", [m], {"dims": [1]})
+        some = e.op("aten.gt", [e.op("aten.sum", [e.cast(oh, torch.int64)], {"dims": [1]}), "0"])
+        r = e.where(e.op("aten.unsqueeze", [some], {"dim": 1}), r, e.full([], 0, wt))
+    else:
+        if b.get("per_sample_weights") is not None:
+            psw = e.cast(e.x(b["per_sample_weights"]), wt)
+            vec = e.op("aten.mul", [vec, e.op("aten.unsqueeze", [psw], {"dim": 1})])
+        r = e.op("aten.index_add", [e.full([bags + 1, dim], 0, wt), slot, vec], {"dim": 0})
+        r = e.slice(r, 0, 0, bags)
+        if mode == 1:
+            cnt = e.op("aten.index_add", [e.full([bags + 1], 0, torch.int64), counted,
+                                          e.full([length], 1, torch.int64)], {"dim": 0})
+            cnt = e.op("aten.clamp", [e.slice(cnt, 0, 0, bags)], {"min": 1})
+            r = e.op("aten.div", [r, e.op("aten.unsqueeze", [e.cast(cnt, wt)], {"dim": 1})])
+    t0 = outs[0]
+    r = e.cast(r, t0.dtype)
+    out0 = e.op("aten.reshape", [r], {"shape": list(t0.shape)}, out="%%%s.0" % n.name)
+    conv.names[n] = [out0] + names
+    return e.lines
+
+
+@_rule("embedding_renorm")
+def embedding_renorm(conv, n, b):
+    """The rows the indices name, scaled to norm max_norm where their norm exceeds it
+    (PyTorch's factor max_norm / (norm + 1e-7)); the other rows as they are."""
+    e = _E(conv, n)
+    dt, (rows, dim) = _shape(conv, b["self"])
+    it, ishape = _shape(conv, b["indices"])
+    x = e.x(b["self"])
+    m = _numel(ishape)
+    i = e.checked(e.reshape(_index_of(e, conv, b["indices"]), [m]), rows)
+    hit = e.op("aten.index_add", [e.full([rows], 0, torch.int64), i, e.full([m], 1, torch.int64)], {"dim": 0})
+    p = float(b["norm_type"])
+    a = e.op("aten.abs", [x])
+    if p == 2:
+        norm = e.op("aten.sqrt", [e.op("aten.sum", [e.op("aten.mul", [x, x])], {"dims": [1]})])
+    elif p == 1:
+        norm = e.op("aten.sum", [a], {"dims": [1]})
+    elif p == float("inf"):
+        norm = e.op("aten.amax", [a], {"dims": [1]})
+    else:
+        norm = e.op("aten.pow", [e.op("aten.sum", [e.op("aten.pow", [a, fmt_number(p)])], {"dims": [1]}),
+                                 fmt_number(1.0 / p)])
+    mx = float(b["max_norm"])
+    big = e.op("aten.logical_and", [e.op("aten.gt", [hit, "0"]), e.op("aten.gt", [norm, fmt_number(mx)])])
+    scale = e.op("aten.div", [fmt_number(mx), e.op("aten.add", [norm, "1e-07"])])
+    scale = e.where(big, scale, e.full([], 1, dt))
+    return e.done(e.op("aten.mul", [x, e.op("aten.unsqueeze", [scale], {"dim": 1})]), _out(n))

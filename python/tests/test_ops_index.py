@@ -303,3 +303,37 @@ def test_unfold_and_fold(front):
           ops=("aten.im2col", "aten.col2im"))
     check(front, lambda c: F.fold(c, (5, 7), (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)) * 2,
           rnd(2, 18, 9), ops=("aten.im2col", "aten.col2im"))
+
+
+# ---- nonzero_static, embedding_bag ----
+
+def test_nonzero_static(front):
+    if not hasattr(torch, "nonzero_static"):
+        pytest.skip("no nonzero_static in this PyTorch")
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
+    for size in (2, 3, 6):
+        check(front, lambda x: torch.nonzero_static(x, size=size, fill_value=-7), x, ops=("aten.nonzero_static",))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_inference(front, mode):
+    F = torch.nn.functional
+    i, o = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 4, 6])
+    check(front, lambda w, i, o: F.embedding_bag(i, w, o, mode=mode) * 2, rnd(10, 3, grad=False), i, o,
+          ops=("aten._embedding_bag_forward_only", "aten._embedding_bag"))
+    if mode == "sum":
+        check(front, lambda w, i, o, p: F.embedding_bag(i, w, o, mode=mode, per_sample_weights=p),
+              rnd(10, 3, grad=False), i, o, rnd(8, grad=False), ops=("aten._embedding_bag_forward_only",))
+    if not fjt.REGISTERED:
+        return  # PyTorch 1.13's own kernel aborts on a last offset short of the end
+    check(front, lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=4, include_last_offset=True)
+          + F.embedding_bag(i, w, o, mode=mode, include_last_offset=True) * 2,
+          rnd(10, 3, grad=False), i, o, ops=("aten._embedding_bag_forward_only", "aten._embedding_bag"))
+
+
+def test_embedding_max_norm(front):
+    if not fjt.REGISTERED:
+        pytest.skip("PyTorch 1.13's aot_function cannot trace the in-place renorm")
+    i = torch.tensor([[1, 2, 4], [4, 3, 9]])
+    check(front, lambda w, i: torch.nn.functional.embedding(i, w * 1, max_norm=1.0) * 2, rnd(10, 3, grad=False), i,
+          ops=("aten.embedding_renorm",))
