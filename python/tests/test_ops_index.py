@@ -116,7 +116,8 @@ def test_index_out_of_range_fails_the_run(front):
 
 def test_unsafe_index_of_upsampling(front):
     up = torch.nn.Upsample(scale_factor=2, mode="nearest")
-    check(front, lambda x: up(x) * 3, rnd(1, 2, 3, 4), ops=("aten._unsafe_index", "aten._unsafe_index_put", "aten.index"))
+    check(front, lambda x: up(x) * 3, rnd(1, 2, 3, 4),
+          ops=("aten._unsafe_index", "aten._unsafe_index_put", "aten.index"))
 
 
 # ---- triangles ----
@@ -134,6 +135,9 @@ def test_scatter_src_and_value(front):
     # a source larger than the index (PyTorch's own backward refuses its gradient)
     check(front, lambda x, s, i: x.scatter(0, i, s) * 2, rnd(3, 4), rnd(2, 5, grad=False), i, ops=("aten.scatter",))
     check(front, lambda x, i: x.scatter(1, i, 1.5), rnd(3, 4), idx(4, 3, 1), ops=("aten.scatter",))
+    for how in ("add", "multiply"):
+        check(front, lambda x, s, i: x.scatter(0, i, s, reduce=how), rnd(3, 4, grad=False), rnd(2, 3, grad=False), i,
+              ops=("aten.scatter",))
 
 
 @pytest.mark.parametrize("how", ["sum", "prod", "mean", "amax", "amin"])
@@ -210,8 +214,10 @@ def test_trace(front):
 def test_select_and_slice_scatter(front):
     if not fjt.REGISTERED:
         pytest.skip("PyTorch 1.13's own backward of these scatters reads uninitialized memory / refuses sizes")
-    check(front, lambda x, s: torch.select_scatter(x, s, dim=1, index=-1) * 2, rnd(3, 4), rnd(3), ops=("aten.select_scatter",))
-    check(front, lambda x, s: torch.slice_scatter(x, s, dim=1, start=1, end=3) * 2, rnd(3, 4), rnd(3, 2), ops=("aten.slice_scatter",))
+    check(front, lambda x, s: torch.select_scatter(x, s, dim=1, index=-1) * 2, rnd(3, 4), rnd(3),
+          ops=("aten.select_scatter",))
+    check(front, lambda x, s: torch.slice_scatter(x, s, dim=1, start=1, end=3) * 2, rnd(3, 4), rnd(3, 2),
+          ops=("aten.slice_scatter",))
     check(front, lambda x, s: torch.slice_scatter(x, s, dim=0, start=0, end=5, step=2) * 2, rnd(5, 2), rnd(3, 2),
           ops=("aten.slice_scatter",))
 
@@ -267,7 +273,8 @@ def test_bucketize_and_searchsorted(front):
         check(front, lambda x, b: torch.searchsorted(b, x, right=right, out_int32=True), x, b,
               ops=("aten.searchsorted",))
     seq = torch.sort(torch.randn(2, 6)).values
-    check(front, lambda s, x: torch.searchsorted(s, x, side="right"), seq, torch.randn(2, 3), ops=("aten.searchsorted",))
+    check(front, lambda s, x: torch.searchsorted(s, x, side="right"), seq, torch.randn(2, 3),
+          ops=("aten.searchsorted",))
     perm = torch.randperm(6).expand(2, 6).contiguous()
     check(front, lambda s, x, p: torch.searchsorted(s, x, sorter=p), torch.gather(seq, 1, torch.argsort(perm, 1)),
           torch.randn(2, 3), perm, ops=("aten.searchsorted",))
