@@ -344,3 +344,18 @@ def test_embedding_max_norm(front):
     i = torch.tensor([[1, 2, 4], [4, 3, 9]])
     check(front, lambda w, i: torch.nn.functional.embedding(i, w * 1, max_norm=1.0) * 2, rnd(10, 3, grad=False), i,
           ops=("aten.embedding_renorm",))
+
+
+def test_overwrite_over_the_dense_limit_stays_in_pytorch():
+    if not fjt.REGISTERED:
+        pytest.skip("torch.compile needs PyTorch 2.x")
+    from fusejit import decomp_index
+    m = int(decomp_index.DENSE_LIMIT ** 0.5) + 1  # the last-write test would take m * m elements
+    f = lambda x, v, i: torch.index_put(x * 1, (i,), v)  # noqa: E731
+    x, v, i = rnd(m + 3, grad=False), rnd(m, grad=False), torch.randint(0, m + 3, (m,))
+    torch._dynamo.reset()
+    ex = fjt.explain(f, x, v, i, executor=EX)
+    why = [w for _, op, w in ex.fallback if op == "aten.index_put"]
+    assert why and "limit" in why[0], str(ex)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="fusejit_host", dynamic=False)(x, v, i), f(x, v, i))
