@@ -1014,7 +1014,7 @@ def renorm(conv, n, b):
 
 
 RULES = {
-    "angle": angle, "ldexp": ldexp, "linalg_cross": linalg_cross, "renorm": renorm, "new_empty": _filled(0),
+    "angle": angle, "ldexp": ldexp, "linalg_cross": linalg_cross, "renorm": renorm,
     "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,
     "constant_pad_nd": constant_pad_nd, "copy": copy,
     "native_dropout_backward": native_dropout_backward, "_safe_softmax": safe_softmax,
