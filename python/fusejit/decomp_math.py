@@ -846,6 +846,75 @@ def _trilinear(conv, n, b):
     return _one(conv, n, e, prod, reshape=True)
 
 
+# ---------------------------------------------------------------- group norm
+
+def _group_view(e, x, N, G, shape):
+    return e.op("aten.reshape", [x], {"shape": [N, G, -1] if N * G else [N, G, 0]})
+
+
+def _channel(e, w, C, rank):
+    """A per-channel [C] tensor laid along dim 1 of a rank-`rank` [N, C, ...] tensor."""
+    return e.op("aten.reshape", [w], {"shape": [C] + [1] * (rank - 2)})
+
+
+def native_group_norm(conv, n, b):
+    """(out, mean, rstd): x over [N, group, C/group * HxW], biased variance, as ATen."""
+    dt, shape = _shape(conv, b["input"])
+    N, C, G = b["N"], b["C"], b["group"]
+    if not all(isinstance(v, int) for v in (N, C, G, b["HxW"])):
+        raise _unsupported("aten.native_group_norm with symbolic sizes")
+    e = _Emit(conv, n)
+    x = conv.operand(b["input"], "aten.native_group_norm")
+    xg = _group_view(e, x, N, G, shape)
+    var, mean = e.tmp(), e.tmp()
+    e.op("aten.var_mean", [xg], {"dims": [2], "correction": 0, "keepdim": True}, out="%s, %s" % (var, mean))
+    rstd = e.op("aten.rsqrt", [e.op("aten.add", [var, _num(b["eps"], dt)])])
+    y = e.op("aten.reshape", [e.op("aten.mul", [e.op("aten.sub", [xg, mean]), rstd])], {"shape": list(shape)})
+    if b.get("weight") is not None:
+        y = e.op("aten.mul", [y, _channel(e, conv.operand(b["weight"], "aten.native_group_norm"), C, len(shape))])
+    if b.get("bias") is not None:
+        y = e.op("aten.add", [y, _channel(e, conv.operand(b["bias"], "aten.native_group_norm"), C, len(shape))])
+    return _many(conv, n, e, [y, mean, rstd], reshape=True)
+
+
+def native_group_norm_backward(conv, n, b):
+    """(dx, dweight, dbias) as layer norm's backward per group: with gw = g * weight,
+    dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) over each group."""
+    dt, shape = _shape(conv, b["input"])
+    N, C, G = b["N"], b["C"], b["group"]
+    mask = list(b["output_mask"])
+    e = _Emit(conv, n)
+    what = "aten.native_group_norm_backward"
+    g, x = conv.operand(b["grad_out"], what), conv.operand(b["input"], what)
+    mean = e.op("aten.reshape", [conv.operand(b["mean"], what)], {"shape": [N, G, 1]})
+    rstd = e.op("aten.reshape", [conv.operand(b["rstd"], what)], {"shape": [N, G, 1]})
+    xhat = e.op("aten.reshape", [e.op("aten.mul", [e.op("aten.sub", [_group_view(e, x, N, G, shape), mean]), rstd])],
+                {"shape": list(shape)})
+    rest = [0] + list(range(2, len(shape)))
+    outs = []
+    if mask[0]:
+        gw = g if b.get("weight") is None else e.op("aten.mul", [g, _channel(e, conv.operand(b["weight"], what), C,
+                                                                              len(shape))])
+        gwg = _group_view(e, gw, N, G, shape)
+        xg = _group_view(e, xhat, N, G, shape)
+        m1 = e.op("aten.mean", [gwg], {"dims": [2], "keepdim": True})
+        m2 = e.op("aten.mean", [e.op("aten.mul", [gwg, xg])], {"dims": [2], "keepdim": True})
+        dx = e.op("aten.sub", [e.op("aten.sub", [gwg, m1]), e.op("aten.mul", [xg, m2])])
+        outs.append(e.op("aten.reshape", [e.op("aten.mul", [dx, rstd])], {"shape": list(shape)}))
+    else:
+        outs.append(None)
+    outs.append(e.op("aten.sum", [e.op("aten.mul", [g, xhat])], {"dims": rest}) if mask[1] else None)
+    outs.append(e.op("aten.sum", [g], {"dims": rest}) if mask[2] else None)
+    names = []
+    for k, v in enumerate(outs):
+        if v is None:  # not asked for: ATen returns an undefined tensor, which nothing reads
+            names.append(e.op("aten.full", [], {"shape": [0], "value": 0, "dtype": dt}, out="%%%s.%d" % (n.name, k)))
+        else:
+            names.append(_finish(conv, n, e, v, k, reshape=True))
+    conv.names[n] = names
+    return e.lines
+
+
 RULES = {
     "signbit": signbit, "copysign": copysign, "fmax": _fmaxmin("aten.maximum"), "fmin": _fmaxmin("aten.minimum"),
     "deg2rad": _pointwise(["self"], lambda e, x, dt: e.op("aten.mul", [x, repr(math.pi / 180.0)])),
@@ -875,5 +944,6 @@ RULES = {
     "binary_cross_entropy_with_logits": binary_cross_entropy_with_logits,
     "mv": mv, "addmv": addmv, "addr": addr, "baddbmm": baddbmm, "addbmm": addbmm, "vdot": vdot,
     "dist": dist, "_cdist_forward": _cdist_forward, "_euclidean_dist": _euclidean_dist, "_pdist_forward": _pdist_forward, "_trilinear": _trilinear,
+    "native_group_norm": native_group_norm, "native_group_norm_backward": native_group_norm_backward,
     "glu": glu, "glu_backward": glu_backward, "_safe_softmax": _safe_softmax,
 }

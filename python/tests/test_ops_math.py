@@ -161,3 +161,8 @@ def test_distances_forward():
     for p in (0.0, 1.0, 2.0, 3.0, float("inf")):
         check(lambda a, b: torch.cdist(a, b, p) + 0.0, rnd(3, 4, grad=False), rnd(5, 4, grad=False), rtol=1e-5)
         check(lambda a: F.pdist(a, p) + 0.0, rnd(5, 4, grad=False), rtol=1e-5)
+
+
+def test_group_norm():
+    check(lambda x, w, b: F.group_norm(x, 2, w, b, eps=1e-3), rnd(3, 4, 5, 2), rnd(4), rnd(4), rtol=1e-5)
+    check(lambda x: F.group_norm(x, 3), rnd(2, 6, 7), rtol=1e-5)
