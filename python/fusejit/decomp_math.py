@@ -915,6 +915,49 @@ def native_group_norm_backward(conv, n, b):
     return e.lines
 
 
+# ---------------------------------------------------------------- linspace, logspace
+
+def _space(log):
+    """ATen's CPU formula: step = (end - start) / (steps - 1); the first steps//2 values are
+    start + step * i, the others end - step * (steps - 1 - i). linspace computes in the
+    result's dtype, logspace base ** v in f64. f32 and f64 results only."""
+    def rule(conv, n, b):
+        dt, shape = _out(n)
+        steps = b["steps"]
+        if not isinstance(steps, int):
+            raise _unsupported("%s with a symbolic step count" % n.target)
+        if dt not in (torch.float32, torch.float64):
+            raise _unsupported("%s to %s (ATen's integer and half kernels round in their own vectorised "
+                               "order)" % (n.target, str(dt).replace("torch.", "")))
+        e = _Emit(conv, n)
+        if steps == 0:
+            return _one(conv, n, e, e.op("aten.full", [], {"shape": [0], "value": 0, "dtype": dt}))
+        wide = torch.float64 if log or not dt.is_floating_point else dt
+        ends = []
+        for k in ("start", "end"):
+            v = b[k]
+            if isinstance(v, torch.fx.Node):  # a 0-d tensor: its value in the result's dtype
+                t = e.op("aten.reshape", [_arg(conv, e, v, dt, str(n.target))], {"shape": []})
+            else:
+                t = e.op("aten.full", [], {"shape": [], "value": v if dt.is_floating_point else int(v), "dtype": dt})
+            ends.append(e.op("aten._to_copy", [t], {"dtype": wide}))
+        start, end = ends
+        if steps == 1:
+            v = e.op("aten.reshape", [start], {"shape": [1]})
+        else:
+            step = e.op("aten.div", [e.op("aten.sub", [end, start]), _num(steps - 1, wide)])
+            i = e.op("aten.arange", [], {"end": steps, "dtype": torch.int64})
+            fi = e.op("aten._to_copy", [i], {"dtype": wide})
+            fwd = e.op("aten.add", [start, e.op("aten.mul", [step, fi])])
+            back = e.op("aten._to_copy", [e.op("aten.sub", [_num(steps - 1, torch.int64), i])], {"dtype": wide})
+            bwd = e.op("aten.sub", [end, e.op("aten.mul", [step, back])])
+            v = e.op("aten.where", [e.op("aten.lt", [i, str(steps // 2)]), fwd, bwd])
+        if log:
+            v = e.op("aten.pow", [_num(float(b.get("base", 10.0)), wide), v])
+        return _one(conv, n, e, v)
+    return rule
+
+
 RULES = {
     "signbit": signbit, "copysign": copysign, "fmax": _fmaxmin("aten.maximum"), "fmin": _fmaxmin("aten.minimum"),
     "deg2rad": _pointwise(["self"], lambda e, x, dt: e.op("aten.mul", [x, repr(math.pi / 180.0)])),
@@ -945,5 +988,6 @@ RULES = {
     "mv": mv, "addmv": addmv, "addr": addr, "baddbmm": baddbmm, "addbmm": addbmm, "vdot": vdot,
     "dist": dist, "_cdist_forward": _cdist_forward, "_euclidean_dist": _euclidean_dist, "_pdist_forward": _pdist_forward, "_trilinear": _trilinear,
     "native_group_norm": native_group_norm, "native_group_norm_backward": native_group_norm_backward,
+    "linspace": _space(False), "logspace": _space(True),
     "glu": glu, "glu_backward": glu_backward, "_safe_softmax": _safe_softmax,
 }

@@ -166,3 +166,10 @@ def test_distances_forward():
 def test_group_norm():
     check(lambda x, w, b: F.group_norm(x, 2, w, b, eps=1e-3), rnd(3, 4, 5, 2), rnd(4), rnd(4), rtol=1e-5)
     check(lambda x: F.group_norm(x, 3), rnd(2, 6, 7), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_linspace_logspace(dtype):
+    for steps in (0, 1, 2, 7, 50):
+        check(lambda x: torch.linspace(-3.3, 7.5, steps, dtype=dtype) + x, rnd(steps))
+        check(lambda x: torch.logspace(-1.5, 1.25, steps, base=3.0, dtype=dtype) + x, rnd(steps))
