@@ -958,6 +958,56 @@ def _space(log):
     return rule
 
 
+# ---------------------------------------------------------------- scans
+
+def _scan_input(conv, n, b, what):
+    """(emitter, x in f64 laid out rank >= 1, dim): fusejit's scan is cumsum; products and
+    log-sum-exps go through it in f64, so that an f32 result rounds once."""
+    dt, shape = _out(n)
+    if dt not in (torch.float32, torch.float64):
+        raise _unsupported("%s to %s (exact through cumsum only for f32 and f64)" % (what, str(dt).replace("torch.", "")))
+    e = _Emit(conv, n)
+    x = _arg(conv, e, b["self"], dt, what)
+    x = e.op("aten._to_copy", [x], {"dtype": torch.float64})
+    if not shape:
+        return e, e.op("aten.reshape", [x], {"shape": [1]}), 0
+    return e, x, _dim(b["dim"], len(shape))
+
+
+def _count(e, mask, d):
+    """How many of mask's elements are true up to each position along d."""
+    return e.op("aten.cumsum", [e.op("aten._to_copy", [mask], {"dtype": torch.int64})], {"dim": d})
+
+
+def cumprod(conv, n, b):
+    """sign * exp(cumsum(log|x|)) in f64, 0 once a zero was met, NaN once a NaN was met or
+    a zero and an infinity both were (0 * inf), as the running product gives."""
+    e, x, d = _scan_input(conv, n, b, "aten.cumprod")
+    zero = e.op("aten.eq", [x, "0.0"])
+    mag = e.op("aten.exp", [_count_sum(e, e.op("aten.log", [e.op("aten.abs", [e.op("aten.where", [zero, "1.0", x])])]), d)])
+    odd = e.op("aten.eq", [e.op("aten.remainder", [_count(e, e.op("aten.lt", [x, "0.0"]), d), "2"]), "1"])
+    v = e.op("aten.where", [odd, e.op("aten.neg", [mag]), mag])
+    seen0 = e.op("aten.gt", [_count(e, zero, d), "0"])
+    v = e.op("aten.where", [seen0, "0.0", v])
+    seen_inf = e.op("aten.gt", [_count(e, e.op("aten.isinf", [x]), d), "0"])
+    seen_nan = e.op("aten.gt", [_count(e, e.op("aten.isnan", [x]), d), "0"])
+    bad = e.op("aten.logical_or", [seen_nan, e.op("aten.logical_and", [seen0, seen_inf])])
+    return _one(conv, n, e, e.op("aten.where", [bad, "nan", v]), reshape=True)
+
+
+def _count_sum(e, v, d):
+    return e.op("aten.cumsum", [v], {"dim": d})
+
+
+def logcumsumexp(conv, n, b):
+    """log(cumsum(exp(x - m))) + m in f64, m the largest non-NaN value along dim (0 if infinite)."""
+    e, x, d = _scan_input(conv, n, b, "aten.logcumsumexp")
+    m = e.op("aten.amax", [e.op("aten.where", [e.op("aten.isnan", [x]), "-inf", x])], {"dims": [d], "keepdim": True})
+    m = e.op("aten.where", [e.op("aten.isinf", [m]), "0.0", m])
+    s = _count_sum(e, e.op("aten.exp", [e.op("aten.sub", [x, m])]), d)
+    return _one(conv, n, e, e.op("aten.add", [e.op("aten.log", [s]), m]), reshape=True)
+
+
 RULES = {
     "signbit": signbit, "copysign": copysign, "fmax": _fmaxmin("aten.maximum"), "fmin": _fmaxmin("aten.minimum"),
     "deg2rad": _pointwise(["self"], lambda e, x, dt: e.op("aten.mul", [x, repr(math.pi / 180.0)])),
@@ -989,5 +1039,6 @@ RULES = {
     "dist": dist, "_cdist_forward": _cdist_forward, "_euclidean_dist": _euclidean_dist, "_pdist_forward": _pdist_forward, "_trilinear": _trilinear,
     "native_group_norm": native_group_norm, "native_group_norm_backward": native_group_norm_backward,
     "linspace": _space(False), "logspace": _space(True),
+    "cumprod": cumprod, "logcumsumexp": logcumsumexp,
     "glu": glu, "glu_backward": glu_backward, "_safe_softmax": _safe_softmax,
 }

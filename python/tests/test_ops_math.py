@@ -20,7 +20,7 @@ def through_fusejit(fn):
 
 
 def rnd(*shape, grad=True, lo=-3.0, hi=3.0):
-    return (torch.rand(*shape, dtype=torch.float32) * (hi - lo) + lo).requires_grad_(grad)
+    return (torch.rand(tuple(shape), dtype=torch.float32) * (hi - lo) + lo).requires_grad_(grad)
 
 
 def check(fn, *args, rtol=1.3e-6, atol=1e-5, allow=()):
@@ -173,3 +173,24 @@ def test_linspace_logspace(dtype):
     for steps in (0, 1, 2, 7, 50):
         check(lambda x: torch.linspace(-3.3, 7.5, steps, dtype=dtype) + x, rnd(steps))
         check(lambda x: torch.logspace(-1.5, 1.25, steps, base=3.0, dtype=dtype) + x, rnd(steps))
+
+
+def test_cumprod_with_zeros_and_negatives():
+    x = rnd(4, 6)
+    with torch.no_grad():
+        x[1, 2] = 0.0
+        x[3, 0] = 0.0
+        x[2, 4] = float("inf")
+    check(lambda x: torch.cumprod(x, 1), x.detach().requires_grad_(False))
+    # PyTorch 1.13's cumprod backward stacks (aten.stack: decomp_index's rule)
+    check(lambda x: torch.cumprod(x, 0) + torch.cumprod(x, -1), rnd(3, 5), allow=("aten.stack",))
+    check(lambda x: torch.cumprod(x, 0), rnd(grad=False))
+
+
+def test_logcumsumexp():
+    x = rnd(4, 6)
+    with torch.no_grad():
+        x[1, :3] = float("-inf")
+        x[2, 2] = float("inf")
+    check(lambda x: torch.logcumsumexp(x, 1), x.detach().requires_grad_(False))
+    check(lambda x: torch.logcumsumexp(x * 10, 0), rnd(5, 3))
