@@ -832,6 +832,76 @@ def _pdist_forward(conv, n, b):
     return _one(conv, n, e, e.op("aten.cat", parts, {"dim": 0}) if len(parts) > 1 else parts[0])
 
 
+def _dist_grad(e, diff, g, d, p, dt):
+    """d dist / d x1 times grad for one pair's difference, as ATen's distance kernels
+    (Distance.cpp's backward of each p): 0 where the distance is 0."""
+    p = float(p)
+    if p == 0:
+        return e.op("aten.mul", [diff, "0.0"])
+    sg = e.op("aten.sign", [diff])
+    if p == 1:
+        return e.op("aten.mul", [sg, g])
+    zero = e.op("aten.eq", [d, "0.0"])
+    if p == float("inf"):
+        hit = e.op("aten._to_copy", [e.op("aten.eq", [e.op("aten.abs", [diff]), d])], {"dtype": dt})
+        return e.op("aten.mul", [e.op("aten.mul", [sg, g]), hit])
+    if p == 2:
+        v = e.op("aten.div", [e.op("aten.mul", [g, diff]), d])
+    elif p < 2:
+        a = e.op("aten.pow", [e.op("aten.abs", [diff]), _num(p - 1, dt)])
+        v = e.op("aten.div", [e.op("aten.mul", [e.op("aten.mul", [sg, a]), g]), e.op("aten.pow", [d, _num(p - 1, dt)])])
+        if p < 1:
+            zero = e.op("aten.logical_or", [zero, e.op("aten.eq", [diff, "0.0"])])
+    else:
+        a = e.op("aten.pow", [e.op("aten.abs", [diff]), _num(p - 2, dt)])
+        v = e.op("aten.div", [e.op("aten.mul", [e.op("aten.mul", [diff, a]), g]), e.op("aten.pow", [d, _num(p - 1, dt)])])
+    return e.op("aten.where", [zero, "0.0", v])
+
+
+def _grad_arg(b):
+    return b["grad_output"] if "grad_output" in b else b["grad"]  # PyTorch 2.x's name, 1.13's
+
+
+def _cdist_backward(conv, n, b):
+    dt, shape = _out(n)
+    (_, s1), (_, s2) = _shape(conv, b["x1"]), _shape(conv, b["x2"])
+    if tuple(s1[:-2]) != tuple(s2[:-2]):
+        raise _unsupported("aten._cdist_backward with broadcast batch dims")
+    e = _Emit(conv, n)
+    what = "aten._cdist_backward"
+    x1, x2 = conv.operand(b["x1"], what), conv.operand(b["x2"], what)
+    diff = e.op("aten.sub", [e.op("aten.unsqueeze", [x1], {"dim": -2}), e.op("aten.unsqueeze", [x2], {"dim": -3})])
+    g = e.op("aten.unsqueeze", [conv.operand(_grad_arg(b), what)], {"dim": -1})
+    d = e.op("aten.unsqueeze", [conv.operand(b["cdist"], what)], {"dim": -1})
+    v = e.op("aten.sum", [_dist_grad(e, diff, g, d, b["p"], dt)], {"dims": [len(s1) - 1]})
+    return _one(conv, n, e, v, reshape=True)
+
+
+def _pdist_backward(conv, n, b):
+    """Pair (i, j), i < j, adds its term to row i and takes it from row j."""
+    dt, (N, M) = _out(n)
+    e = _Emit(conv, n)
+    what = "aten._pdist_backward"
+    x = conv.operand(b["self"], what)
+    grad, pd = conv.operand(_grad_arg(b), what), conv.operand(b["pdist"], what)
+    total, at = None, 0
+    for i in range(N - 1):
+        k = N - 1 - i
+        diff = e.op("aten.sub", [e.op("aten.slice", [x], {"dim": 0, "start": i, "end": i + 1}),
+                                 e.op("aten.slice", [x], {"dim": 0, "start": i + 1, "end": N})])
+        g, d = (e.op("aten.unsqueeze", [e.op("aten.slice", [t], {"dim": 0, "start": at, "end": at + k})], {"dim": 1})
+                for t in (grad, pd))
+        at += k
+        t = _dist_grad(e, diff, g, d, b["p"], dt)
+        parts = [e.op("aten.full", [], {"shape": [i, M], "value": 0, "dtype": dt})] if i else []
+        parts += [e.op("aten.sum", [t], {"dims": [0], "keepdim": True}), e.op("aten.neg", [t])]
+        row = e.op("aten.cat", parts, {"dim": 0})
+        total = row if total is None else e.op("aten.add", [total, row])
+    if total is None:
+        total = e.op("aten.full", [], {"shape": [N, M], "value": 0, "dtype": dt})
+    return _one(conv, n, e, total)
+
+
 def _trilinear(conv, n, b):
     """i1, i2 and i3 unsqueezed at their expand dims, multiplied, summed over sumdim."""
     e = _Emit(conv, n)
@@ -1036,7 +1106,8 @@ RULES = {
     "binary_cross_entropy": binary_cross_entropy, "binary_cross_entropy_backward": binary_cross_entropy_backward,
     "binary_cross_entropy_with_logits": binary_cross_entropy_with_logits,
     "mv": mv, "addmv": addmv, "addr": addr, "baddbmm": baddbmm, "addbmm": addbmm, "vdot": vdot,
-    "dist": dist, "_cdist_forward": _cdist_forward, "_euclidean_dist": _euclidean_dist, "_pdist_forward": _pdist_forward, "_trilinear": _trilinear,
+    "dist": dist, "_cdist_forward": _cdist_forward, "_euclidean_dist": _euclidean_dist,
+    "_cdist_backward": _cdist_backward, "_pdist_backward": _pdist_backward, "_pdist_forward": _pdist_forward, "_trilinear": _trilinear,
     "native_group_norm": native_group_norm, "native_group_norm_backward": native_group_norm_backward,
     "linspace": _space(False), "logspace": _space(True),
     "cumprod": cumprod, "logcumsumexp": logcumsumexp,
