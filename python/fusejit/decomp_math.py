@@ -525,6 +525,22 @@ def norm(conv, n, b):
     return linalg_vector_norm(conv, n, nb)
 
 
+def renorm(conv, n, b):
+    """ATen's: each slice along dim whose p-norm exceeds maxnorm is scaled by maxnorm / (norm + 1e-7)."""
+    dt, shape = _shape(conv, b["self"])
+    d = _dim(b["dim"], len(shape))
+    odt = _float_out(n)
+    e = _Emit(conv, n)
+    x = conv.operand(b["self"], "aten.renorm")
+    attrs = {"dims": [k for k in range(len(shape)) if k != d], "keepdim": True}
+    xw = e.op("aten._to_copy", [x], {"dtype": torch.float32}) if odt in (torch.float16, torch.bfloat16) else x
+    p = float(b["p"])
+    nrm = e.op("aten.amax", [e.op("aten.abs", [xw])], attrs) if p == float("inf") else _pnorm(e, xw, p, attrs, odt)
+    mx = _num(b["maxnorm"], odt)
+    f = e.op("aten.where", [e.op("aten.gt", [nrm, mx]), e.op("aten.div", [mx, e.op("aten.add", [nrm, "1e-07"])]), "1.0"])
+    return _one(conv, n, e, e.op("aten.mul", [x, f]))
+
+
 def trace(conv, n, b):
     dt, shape = _shape(conv, b["self"])
     if len(shape) != 2:
@@ -1098,7 +1114,7 @@ RULES = {
     "max": _maxmin("aten.amax", "aten.argmax", "aten.maximum"),
     "min": _maxmin("aten.amin", "aten.argmin", "aten.minimum"), "aminmax": aminmax,
     "all": _allany(True), "any": _allany(False), "std": _std(False), "std_mean": _std(True),
-    "nansum": nansum, "count_nonzero": count_nonzero, "norm": norm, "trace": trace,
+    "nansum": nansum, "count_nonzero": count_nonzero, "norm": norm, "trace": trace, "renorm": renorm,
     "mse_loss": _loss(_mse), "mse_loss_backward": _loss_backward(_mse_b),
     "huber_loss": _loss(_huber), "huber_loss_backward": _loss_backward(_huber_b),
     "smooth_l1_loss": _loss(_smooth_l1), "smooth_l1_loss_backward": _loss_backward(_smooth_l1_b),

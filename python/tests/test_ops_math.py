@@ -208,3 +208,8 @@ def test_distances_backward(p):
     with torch.no_grad():
         x[3] = x[1]
     check(lambda a: F.pdist(a, p), x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_renorm(p):
+    check(lambda x: torch.renorm(x, p, 1, 2.0), rnd(3, 4, 2), rtol=1e-5)
