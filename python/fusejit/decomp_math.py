@@ -1105,6 +1105,7 @@ RULES = {
     "logaddexp": _logaddexp(False), "logaddexp2": _logaddexp(True), "nan_to_num": nan_to_num,
     "sgn": sgn, "sinc": _pointwise(["self"], _sinc), "special_entr": _pointwise(["self"], _entr),
     "xlogy": _xlog("aten.log"), "special_xlog1py": _xlog("aten.log1p"),
+    "ldexp": _pointwise(["self", "other"], lambda e, x, k, dt: e.op("aten.mul", [x, e.op("aten.pow", ["2.0", k])])),
     "floor_divide": floor_divide, "addcdiv": addcdiv,
     "celu": celu, "elu_backward": elu_backward, "mish": mish, "mish_backward": mish_backward,
     "threshold": threshold, "logit": logit, "logit_backward": logit_backward,

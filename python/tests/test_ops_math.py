@@ -60,6 +60,7 @@ def _x():
 POINTWISE = {
     "copysign": (lambda a, b: torch.copysign(a, b), 2),
     "copysign_scalar": (lambda a: torch.copysign(a, -0.0), 1),
+    "ldexp": (lambda a, b: torch.ldexp(a, torch.round(b.detach() * 3)), 2),
     "deg2rad": (torch.deg2rad, 1), "rad2deg": (torch.rad2deg, 1), "frac": (torch.frac, 1),
     "fmax": (torch.fmax, 2), "fmin": (torch.fmin, 2),
     "floor_divide": (lambda a, b: torch.floor_divide(a.detach(), b.detach()) * a, 2),
