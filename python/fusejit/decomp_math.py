@@ -179,6 +179,9 @@ def nan_to_num(conv, n, b):
 
 
 def _sinc(e, x, dt):
+    """ATen's: sin(pi x) / (pi x), f16 and bf16 computed in f32 and rounded once."""
+    if dt in (torch.float16, torch.bfloat16):
+        x = e.op("aten._to_copy", [x], {"dtype": torch.float32})
     p = e.op("aten.mul", [x, repr(math.pi)])
     s = e.op("aten.div", [e.op("aten.sin", [p]), p])
     return e.op("aten.where", [e.op("aten.eq", [x, "0.0"]), "1.0", s])

@@ -214,3 +214,39 @@ def test_distances_backward(p):
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
 def test_renorm(p):
     check(lambda x: torch.renorm(x, p, 1, 2.0), rnd(3, 4, 2), rtol=1e-5)
+
+
+DTYPE_OPS = {
+    "copysign": torch.copysign, "fmax": torch.fmax, "hypot": torch.hypot, "logaddexp": torch.logaddexp,
+    "xlogy": torch.xlogy, "floor_divide": torch.floor_divide, "heaviside": torch.heaviside,
+    "signbit": lambda a, b: torch.signbit(a), "nan_to_num": lambda a, b: torch.nan_to_num(a / b),
+    "sgn": lambda a, b: torch.sgn(a), "sinc": lambda a, b: torch.sinc(a), "max_dim": lambda a, b: torch.max(a, 1),
+    "aminmax": lambda a, b: torch.aminmax(a, dim=0), "all": lambda a, b: torch.all(a, 1), "any": lambda a, b: torch.any(a),
+    "count_nonzero": lambda a, b: torch.count_nonzero(a, 0), "nansum": lambda a, b: torch.nansum(a, 1),
+    "trace": lambda a, b: torch.trace(a), "std": lambda a, b: torch.std(a, 1), "threshold": lambda a, b: F.threshold(a, 1, 5),
+    "mv": lambda a, b: torch.mv(a, b[0]), "addr": lambda a, b: torch.addr(a, b[0], b[1]), "frac": lambda a, b: torch.frac(a),
+    "logit": lambda a, b: torch.logit(a, 0.1), "mish": lambda a, b: F.mish(a), "glu": lambda a, b: F.glu(a, 0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
+def test_dtypes(dtype):
+    """Each op at each dtype PyTorch takes it: the same dtype, shape and values (assert_close's
+    default tolerance for the dtype), in fusejit."""
+    for name, fn in DTYPE_OPS.items():
+        a, b = [(torch.randn(4, 4) * 3).to(dtype) if dtype != torch.bool else torch.rand(4, 4) > 0.5 for _ in range(2)]
+        try:
+            ref = fn(a, b)
+        except (RuntimeError, TypeError):
+            continue  # PyTorch does not take this dtype
+        if name == "addr" and dtype == torch.bool:
+            continue  # addr's logical form stays in PyTorch
+        if name == "sinc" and dtype in (torch.float16, torch.bfloat16) and not TORCH2:
+            continue  # PyTorch 1.13 rounds sinc's steps to the dtype (2.x: once, as fusejit)
+        out = through_fusejit(fn)(a, b)
+        torch.testing.assert_close(out, ref, equal_nan=True, msg=lambda m: "%s: %s" % (name, m))
+        if TORCH2:
+            torch._dynamo.reset()
+        ex = fjt.explain(fn, a, b)
+        left = [(op, why) for _, op, why in ex.fallback if "views and copies only" not in why]
+        assert not left and ex.regions, (name, str(ex))
