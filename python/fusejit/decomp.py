@@ -958,16 +958,6 @@ def angle(conv, n, b):
     return e.lines
 
 
-def ldexp(conv, n, b):
-    """self * 2.0 ** other, as ATen computes it."""
-    dt, _ = _out_type(n, "ldexp")
-    e = _Emit(conv, n)
-    p = e.op("aten.pow", ["2.0", conv.operand(b["other"], "aten.ldexp")])
-    r = e.op("aten.mul", [conv.operand(b["self"], "aten.ldexp"), p])
-    conv.names[n] = e.op("aten._to_copy", [r], {"dtype": dt}, out="%" + n.name)
-    return e.lines
-
-
 def linalg_cross(conv, n, b):
     """The cross product along dim (size 3): a1*b2 - a2*b1, a2*b0 - a0*b2, a0*b1 - a1*b0."""
     dt, shape = _out_type(n, "a cross product")
@@ -982,39 +972,8 @@ def linalg_cross(conv, n, b):
     return e.lines
 
 
-def renorm(conv, n, b):
-    """Each slice along dim whose p-norm exceeds maxnorm is scaled to maxnorm
-    (factor maxnorm / (norm + 1e-7), as ATen computes it)."""
-    from .fx import UnsupportedOp
-    dt, shape = _out_type(n, "renorm")
-    if dt not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-        raise UnsupportedOp(["renorm of %s" % dt])
-    d = _dim(b["dim"], len(shape))
-    p, maxnorm = float(b["p"]), float(b["maxnorm"])
-    e = _Emit(conv, n)
-    x = conv.operand(b["self"], "aten.renorm")
-    acc = dt if dt in (torch.float32, torch.float64) else torch.float32
-    xa = e.op("aten._to_copy", [x], {"dtype": acc})
-    dims = [k for k in range(len(shape)) if k != d]
-    a = e.op("aten.abs", [xa])
-    if p == float("inf"):
-        norm = e.op("aten.amax", [a], {"dims": dims, "keepdim": True})
-    elif p == 2:
-        norm = e.op("aten.sqrt", [e.op("aten.sum", [e.op("aten.mul", [xa, xa])], {"dims": dims, "keepdim": True})])
-    elif p == 1:
-        norm = e.op("aten.sum", [a], {"dims": dims, "keepdim": True})
-    else:
-        s = e.op("aten.sum", [e.op("aten.pow", [a, fmt_number(p)])], {"dims": dims, "keepdim": True})
-        norm = e.op("aten.pow", [s, fmt_number(1.0 / p)])
-    f = e.op("aten.div", [fmt_number(maxnorm), e.op("aten.add", [norm, "1e-07"])])
-    f = e.op("aten.where", [e.op("aten.gt", [norm, fmt_number(maxnorm)]), f, "1.0"])
-    r = e.op("aten.mul", [xa, f])
-    conv.names[n] = e.op("aten._to_copy", [r], {"dtype": dt}, out="%" + n.name)
-    return e.lines
-
-
 RULES = {
-    "angle": angle, "ldexp": ldexp, "linalg_cross": linalg_cross, "renorm": renorm,
+    "angle": angle, "linalg_cross": linalg_cross,
     "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,
     "constant_pad_nd": constant_pad_nd, "copy": copy,
     "native_dropout_backward": native_dropout_backward, "_safe_softmax": safe_softmax,
@@ -1031,5 +990,5 @@ RULES.update(ATTENTION_RULES)
 from . import decomp_index as _decomp_index  # noqa: E402
 from . import decomp_math as _decomp_math  # noqa: E402
 for _rules in (_decomp_math.RULES, _decomp_index.RULES):
-    assert not set(_rules) & set(RULES), "an op with two rules"
+    assert not set(_rules) & set(RULES), "an op with two rules: %s" % (set(_rules) & set(RULES))
     RULES.update(_rules)

@@ -707,16 +707,6 @@ def diagonal(conv, n, b):
     return e.done(e.take(x, i, len(batch)), _out(n))
 
 
-@_rule("trace")
-def trace(conv, n, b):
-    e = _E(conv, n)
-    dt, (s1, s2) = _shape(conv, b["self"])
-    x = e.reshape(e.x(b["self"]), [s1 * s2])
-    i = e.op("aten.mul", [e.arange(min(s1, s2)), str(s2 + 1)])
-    t = _out(n)
-    return e.done(e.op("aten.sum", [e.take(x, i, 0)], {"dtype": t[0]}), t)
-
-
 def _diag_place(e, x, xlast, rows, cols, off, batch_rank):
     """A [..., rows, cols] tensor holding x[..., i - max(-off, 0)] at (i, i + off), and the
     mask of those positions (x: [..., xlast])."""

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .decomp import _Emit, _Plain, _dim, _shape, linalg_vector_norm
+from .decomp import _Emit, _dim, _shape, linalg_vector_norm
 
 
 def _fx():
@@ -416,17 +416,6 @@ def glu_backward(conv, n, b):
     ga = e.op("aten.mul", [g, s])
     gb = e.op("aten.mul", [e.op("aten.mul", [ga, a]), e.op("aten.sub", ["1.0", s])])
     return _one(conv, n, e, e.op("aten.cat", [ga, gb], {"dim": d}))
-
-
-def _safe_softmax(conv, n, b):
-    dt, shape = _out(n)
-    d = _dim(b["dim"], len(shape))
-    e = _Emit(conv, n)
-    x = _arg(conv, e, b["self"], dt, "aten._safe_softmax")
-    s = e.op("aten._softmax", [x], {"dim": d})
-    live = e.op("aten._to_copy", [e.op("aten.ne", [x, "-inf"])], {"dtype": torch.int64})
-    dead = e.op("aten.eq", [e.op("aten.sum", [live], {"dims": [d], "keepdim": True}), "0"])
-    return _one(conv, n, e, e.op("aten.where", [dead, "0.0", s]))
 
 
 # ---------------------------------------------------------------- reductions
@@ -1131,5 +1120,5 @@ RULES = {
     "native_group_norm": native_group_norm, "native_group_norm_backward": native_group_norm_backward,
     "linspace": _space(False), "logspace": _space(True),
     "cumprod": cumprod, "logcumsumexp": logcumsumexp,
-    "glu": glu, "glu_backward": glu_backward, "_safe_softmax": _safe_softmax,
+    "glu": glu, "glu_backward": glu_backward,
 }
