@@ -746,16 +746,39 @@ def baddbmm(conv, n, b):
     return _one(conv, n, e, e.op("aten.expand", [p], {"size": list(shape)}))
 
 
+# addbmm's batch-by-inner products summed one by one, as ATen's addmm_ per batch
+# does, up to this many; beyond, one f64 mm of the batches laid side by side.
+ADDBMM_CHAIN = 64
+
+
 def addbmm(conv, n, b):
-    """beta * self + alpha * sum_k b1[k] @ b2[k], as one mm over the batches laid side by side
-    ([n, B*k] @ [B*k, m]); f32 in f64, rounded once (ATen's addmm_ per batch sums in MKL's
-    order, which no other order reproduces bit for bit)."""
+    """beta * self + alpha * sum_k b1[k] @ b2[k]. A short sum is accumulated term by
+    term onto beta * self in the output dtype, in ATen's order (batch, then inner
+    index): with cancellation, eager's result is far from the exact sum, and only
+    its own order stays within assert_close of it. A long one is summed in f64 and
+    rounded once."""
     dt, shape = _out(n)
     (_, (B, N, K)), (_, (_, _, M)) = _shape(conv, b["batch1"]), _shape(conv, b["batch2"])
     e = _Emit(conv, n)
-    b1 = e.op("aten.permute", [conv.operand(b["batch1"], "aten.addbmm")], {"dims": [1, 0, 2]})
-    b1 = e.op("aten.reshape", [b1], {"shape": [N, B * K]})
-    b2 = e.op("aten.reshape", [conv.operand(b["batch2"], "aten.addbmm")], {"shape": [B * K, M]})
+    x1, x2 = conv.operand(b["batch1"], "aten.addbmm"), conv.operand(b["batch2"], "aten.addbmm")
+    if dt in (torch.float32, torch.float64) and 0 < B * K <= ADDBMM_CHAIN:
+        beta, alpha = b.get("beta", 1), b.get("alpha", 1)
+        if beta == 0:
+            r = e.op("aten.full", [], {"shape": list(shape), "value": 0, "dtype": dt})
+        else:
+            r = _arg(conv, e, b["self"], dt, "aten.addbmm")
+            r = e.op("aten.mul", [r, _num(beta, dt)]) if beta != 1 else r
+        for k in range(B):
+            b1k = e.op("aten.slice", [x1], {"dim": 0, "start": k, "end": k + 1})  # [1,N,K]
+            b2k = e.op("aten.slice", [x2], {"dim": 0, "start": k, "end": k + 1})  # [1,K,M]
+            for j in range(K):
+                col = e.op("aten.slice", [b1k], {"dim": 2, "start": j, "end": j + 1})
+                row = e.op("aten.slice", [b2k], {"dim": 1, "start": j, "end": j + 1})
+                t = e.op("aten.mul", [col, row])  # [1,N,M]
+                r = e.op("aten.add", [r, e.op("aten.mul", [t, _num(alpha, dt)]) if alpha != 1 else t])
+        return _one(conv, n, e, e.op("aten.reshape", [r], {"shape": list(shape)}))
+    b1 = e.op("aten.reshape", [e.op("aten.permute", [x1], {"dims": [1, 0, 2]})], {"shape": [N, B * K]})
+    b2 = e.op("aten.reshape", [x2], {"shape": [B * K, M]})
     wide = torch.float64 if dt == torch.float32 else dt
     if wide != dt:
         b1, b2 = (e.op("aten._to_copy", [t], {"dtype": wide}) for t in (b1, b2))
