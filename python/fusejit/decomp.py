@@ -972,8 +972,49 @@ def linalg_cross(conv, n, b):
     return e.lines
 
 
+def batch_norm_with_update(conv, n, b):
+    """_batch_norm_with_update_functional (training batch norm, PyTorch 2.x): the
+    functional legit form, plus its reserve output (an empty u8 tensor)."""
+    what = "aten._batch_norm_with_update_functional"
+    ops = [conv.operand(b[k], what) for k in ("input", "weight", "bias", "running_mean", "running_var")]
+    res = [_out(n, k) for k in (0, 1, 2, 4, 5)]
+    from .fx import fmt_attr
+    e = _Emit(conv, n)
+    e.lines.append("%s = aten._native_batch_norm_legit_functional(%s) {training=true, momentum=%s, eps=%s}"
+                   % (", ".join(res), ", ".join(ops), fmt_attr(float(b["momentum"])), fmt_attr(float(b["eps"]))))
+    reserve = e.op("aten.full", [], {"shape": [0], "value": 0, "dtype": torch.uint8}, out=_out(n, 3))
+    conv.names[n] = res[:3] + [reserve] + res[3:]
+    return e.lines
+
+
+def batch_norm_legit(conv, n, b):
+    """_native_batch_norm_legit: no_stats (training without running statistics) and
+    _no_training (inference with running statistics, empty saved statistics)."""
+    from .fx import UnsupportedOp, fmt_attr, meta_type
+    ov = n.target._overloadname
+    what = str(n.target)
+    eval_ = n.target is torch.ops.aten._native_batch_norm_legit_no_training.default
+    if not eval_ and ov != "no_stats":
+        raise UnsupportedOp(["%s (it updates the running statistics in place)" % what])
+    stats = ("running_mean", "running_var") if eval_ else ()
+    ops = [conv.operand(b.get(k), what) for k in ("input", "weight", "bias") + stats]
+    ops += ["none"] * (5 - len(ops))
+    dt = meta_type(n)
+    e = _Emit(conv, n)
+    res = [_out(n, k) if not eval_ or k == 0 else e.tmp() for k in range(3)]
+    e.lines.append("%s = aten.native_batch_norm(%s) {training=%s, momentum=%s, eps=%s}"
+                   % (", ".join(res), ", ".join(ops), "false" if eval_ else "true",
+                      fmt_attr(float(b["momentum"])), fmt_attr(float(b["eps"]))))
+    if eval_:  # PyTorch saves nothing in inference: empty statistics
+        sdt = dt[0] if dt is not None else torch.float32
+        res[1:] = [e.op("aten.full", [], {"shape": [0], "value": 0, "dtype": sdt}, out=_out(n, k)) for k in (1, 2)]
+    conv.names[n] = res
+    return e.lines
+
+
 RULES = {
-    "angle": angle, "linalg_cross": linalg_cross,
+    "angle": angle, "_batch_norm_with_update_functional": batch_norm_with_update,
+    "_native_batch_norm_legit": batch_norm_legit, "_native_batch_norm_legit_no_training": batch_norm_legit, "linalg_cross": linalg_cross,
     "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,
     "constant_pad_nd": constant_pad_nd, "copy": copy,
     "native_dropout_backward": native_dropout_backward, "_safe_softmax": safe_softmax,

@@ -774,3 +774,22 @@ def test_sdpa_dropout_pair_stays_on_one_side():
     assert decomp.attention_pairs_split(gm.graph, []) == {}
     assert list(decomp.attention_pairs_split(gm.graph, [[fw]])) == [fw]
     assert list(decomp.attention_pairs_split(gm.graph, [[bw]])) == [bw]
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_batch_norm_with_update_functional"), reason="PyTorch 2.x")
+def test_batch_norm_with_update_functional():
+    """Training batch norm as PyTorch 2.x's functional form: the output, the saved
+    statistics and the updated running statistics, all in fusejit."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w, b, rm, rv):
+        return torch.ops.aten._batch_norm_with_update_functional(x, w, b, rm, rv, 0.1, 1e-5)
+    args = (torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5)
+    gm = make_fx(f)(*args)
+    ex = fjt.explain(gm, *args)
+    assert not ex.fallback, str(ex)
+    out = torch.compile(gm, backend="fusejit_host", dynamic=False)(*args)
+    ref = f(*args)
+    assert [t.shape for t in out] == [t.shape for t in ref] and [t.dtype for t in out] == [t.dtype for t in ref]
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
