@@ -11,6 +11,10 @@
 #include "passes/pass.h"
 #include "runtime/program.h"
 
+/* persistent_inner_outer's column sums on the host: rows per slot (at
+ * least), and the most slots (see the column sums in fj_rt_program_run). */
+enum { COL_SLOT_ROWS = 16, COL_SLOTS_MAX = 256 };
+
 struct fj_rt_program {
 	fj_context *ctx;
 	fj_graph *g;
@@ -489,8 +493,14 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 		}
 		if (p->io_nsums[i] && outn) {
 			/* column sums: S slots of the rows (extent), a workspace for
-			 * their partials (codegen/region.h) */
-			int64_t slots = extent < 4 * (int64_t)p->threads ? extent : 4 * (int64_t)p->threads;
+			 * their partials (codegen/region.h). S follows the rows alone,
+			 * never the thread count: the merge's bits depend on S, and
+			 * the results must not change with FUSEJIT_THREADS (IR.md §4).
+			 * A slot takes at least COL_SLOT_ROWS rows, so the merge stays
+			 * small next to the rows' work. */
+			int64_t slots = extent / COL_SLOT_ROWS;
+			if (slots > COL_SLOTS_MAX)
+				slots = COL_SLOTS_MAX;
 			if (slots < 1)
 				slots = 1;
 			const int64_t *cd = fj_rt_program_value_dims(p, n->res[p->io_col[i]]);
