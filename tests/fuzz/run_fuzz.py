@@ -182,6 +182,8 @@ class Fuzzer:
         self.stats = {}
         self.findings = []
         self.sizes = []
+        self.graphs = 0
+        self.deadline = time.time() + (a.time_limit or 0)
 
     def count(self, key, n=1):
         self.stats[key] = self.stats.get(key, 0) + n
@@ -198,6 +200,10 @@ class Fuzzer:
             f.write("$ %s\n%s\n--- stdout\n%s\n--- stderr\n%s\n" % (" ".join(cmd), why, out, err))
 
     def one(self, seed):
+        if self.a.time_limit and time.time() > self.deadline:
+            self.count("seeds left (--time-limit)")
+            return
+        self.graphs += 1
         try:
             self.one_graph(seed)
         except Exception:        # a bug of the fuzzer: say so, keep going
@@ -441,7 +447,7 @@ class Fuzzer:
         self.count("fd.kinky")
 
     def report(self, seeds, secs):
-        print("run_fuzz: seeds %d:%d, %d graphs in %.0f s" % (seeds[0], seeds[-1] + 1, len(seeds), secs))
+        print("run_fuzz: seeds %d:%d, %d graphs in %.0f s" % (seeds[0], seeds[-1] + 1, self.graphs, secs))
         if self.sizes:
             s = sorted(self.sizes)
             big = sum(1 for n in s if n > 500)
@@ -470,6 +476,7 @@ def main():
     ap.add_argument("--nodes", type=int, help="force the node count")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--time-limit", type=int, help="start no seed after this many seconds")
     ap.add_argument("--no-fd", action="store_true", help="no finite-difference check of gradients")
     ap.add_argument("--no-threads", action="store_true", help="no thread-count bit-identity check")
     a = ap.parse_args()
