@@ -14,7 +14,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static fj_context *ctx;
-	if (!ctx && !(ctx = fj_context_create(NULL, NULL)))
+	if (!ctx && !(ctx = fj_context_new(NULL, NULL)))
 		abort();
 	fj_module *m = NULL;
 	if (fj_parse_module(ctx, (const char *)data, size, "fuzz.fj", &m) == FJ_OK) {
