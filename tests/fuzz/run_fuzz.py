@@ -334,8 +334,8 @@ class Fuzzer:
             else:
                 self.count(key + ".thread_identical")
 
-    def fd_run(self, cmd, what):
-        rc, out, err, _ = run(cmd, None, self.a.timeout)
+    def fd_run(self, cmd, what, env):
+        rc, out, err, _ = run(cmd, env, self.a.timeout)
         if rc != 0:
             return None, err, cmd
         try:
@@ -362,6 +362,7 @@ class Fuzzer:
         rng = np.random.default_rng(seed)
         fdir = os.path.join(tmp, "fd")
         os.makedirs(fdir, exist_ok=True)
+        env = dict(os.environ, FUSEJIT_CACHE_DIR=os.path.join(fdir, "cache"))   # the runs after the first load
 
         def inputs(x, tag):
             args = []
@@ -381,7 +382,7 @@ class Fuzzer:
                     xs = {n: x[n] + sg * h * v[n] for n in x}
                     od = os.path.join(fdir, "f%g_%d" % (h, sg))
                     res, err, c = self.fd_run(base + inputs(xs, "x%g_%d" % (h, sg)) + ["--output-dir=" + od],
-                                              "fd forward")
+                                              "fd forward", env)
                     if res is None:
                         self.count("fd.f64_refused")
                         return
@@ -403,7 +404,7 @@ class Fuzzer:
                     np.save(fn, t)
                     targs.append("--tangent=%s=%s" % (k, fn))
                 c = base + xin + targs + ["--train", "--output-dir=" + gd]
-                rc, tout, terr, _ = run(c, None, self.a.timeout)
+                rc, tout, terr, _ = run(c, env, self.a.timeout)
                 m = re.search(r"--tangent (\w+): @\w+ has no floating-point output named", terr)
                 if rc != 0 and m and m.group(1) in tang:
                     del tang[m.group(1)]      # an output without a tangent: out of the contraction
