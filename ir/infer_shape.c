@@ -13,6 +13,7 @@
  * time the same way. Refused with a clear message: arange of a symbol.
  * Every function is linear in the ranks and the operand count. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "infer.h"
@@ -33,6 +34,29 @@ static fj_status shape_attr(fj_infer *ic, const fj_attr *a, fj_dim *dims, int *r
 		dims[i] = fj_ic_size(&a->u.items[i]);
 	*rank = (int)a->n;
 	return FJ_OK;
+}
+
+/* A shape attribute's sizes as text, for messages: its integers as written
+ * (-1 and other negative ones too: dims holds them as they are, and a
+ * negative fj_dim would be read as a symbolic expression), its symbolic
+ * sizes as dims holds them. */
+static const char *attr_shape_str(const fj_infer *ic, const fj_attr *a, const fj_dim *dims, int rank, char *buf,
+                                  size_t size)
+{
+	size_t len = (size_t)snprintf(buf, size, "[");
+	for (int k = 0; k < rank && len < size; k++) {
+		if (k)
+			len += (size_t)snprintf(buf + len, size - len, ",");
+		if (len >= size)
+			break;
+		if (a->u.items[k].kind == FJ_AK_INT)
+			len += (size_t)snprintf(buf + len, size - len, "%lld", (long long)a->u.items[k].u.i);
+		else
+			len += (size_t)fj_dim_format(ic->m, dims[k], buf + len, size - len);
+	}
+	if (len < size)
+		snprintf(buf + len, size - len, "]");
+	return buf;
 }
 
 /* A shape of sizes >= 0 (or symbolic). */
@@ -61,7 +85,7 @@ static fj_status reshape_to(fj_infer *ic, const fj_type *x, const fj_attr *shape
 			continue;
 		if (dims[i] != -1 || !allow_infer)
 			return fj_infer_error(ic, "invalid size %lld in shape %s", (long long)dims[i],
-			                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1));
+			                      attr_shape_str(ic, shape, dims, rank, b1, sizeof b1));
 		if (infer >= 0)
 			return fj_infer_error(ic, "only one size of the shape may be -1");
 		infer = i;
@@ -78,13 +102,13 @@ static fj_status reshape_to(fj_infer *ic, const fj_type *x, const fj_attr *shape
 			return st;
 		if (known == 0)
 			return fj_infer_error(ic, "cannot infer the -1 in shape %s: the other sizes hold 0 elements",
-			                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1));
+			                      attr_shape_str(ic, shape, dims, rank, b1, sizeof b1));
 		if (!fj_dim_div(ic->m, numel, known, &dims[infer])) {
 			if (ic->m->oom)
 				return FJ_ERR_NOMEM;
 			return fj_infer_error(ic, "shape %s is invalid for an input of %s elements (%s): "
 			                      "the -1 cannot be inferred",
-			                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1),
+			                      attr_shape_str(ic, shape, dims, rank, b1, sizeof b1),
 			                      fj_ic_dim_str(ic, numel, b3, sizeof b3), fj_ic_type_str(ic, x, b2, sizeof b2));
 		}
 	} else {
@@ -92,7 +116,7 @@ static fj_status reshape_to(fj_infer *ic, const fj_type *x, const fj_attr *shape
 			return st;
 		if (known != numel && !fj_dim_has_floordiv(ic->m, known) && !fj_dim_has_floordiv(ic->m, numel))
 			return fj_infer_error(ic, "shape %s is invalid for an input of %s elements (%s)",
-			                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1),
+			                      attr_shape_str(ic, shape, dims, rank, b1, sizeof b1),
 			                      fj_ic_dim_str(ic, numel, b3, sizeof b3), fj_ic_type_str(ic, x, b2, sizeof b2));
 	}
 	return fj_ic_out_dims(ic, 0, x->dtype, dims, rank);
@@ -191,7 +215,7 @@ fj_status fj_infer_expand(fj_infer *ic)
 		return st;
 	if (rank < x->rank)
 		return fj_infer_error(ic, "size %s has fewer dims than the operand %s",
-		                      fj_ic_shape_str(ic, dims, rank, b1, sizeof b1), fj_ic_type_str(ic, x, b2, sizeof b2));
+		                      attr_shape_str(ic, size, dims, rank, b1, sizeof b1), fj_ic_type_str(ic, x, b2, sizeof b2));
 	int lead = rank - x->rank;
 	for (int k = 0; k < rank; k++) {
 		bool is_int = size->u.items[k].kind == FJ_AK_INT;
@@ -211,7 +235,7 @@ fj_status fj_infer_expand(fj_infer *ic)
 			continue;
 		if (fj_dim_is_static(s) && fj_dim_is_static(dims[k]))
 			return fj_infer_error(ic, "cannot expand %s to size %s: dim %d has size %lld, which is not 1",
-			                      fj_ic_type_str(ic, x, b2, sizeof b2), fj_ic_shape_str(ic, dims, rank, b1, sizeof b1),
+			                      fj_ic_type_str(ic, x, b2, sizeof b2), attr_shape_str(ic, size, dims, rank, b1, sizeof b1),
 			                      k - lead, (long long)s);
 		/* A symbolic size against another size: checked at run time. */
 	}
