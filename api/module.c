@@ -345,6 +345,9 @@ fj_value_id fj_build_float(fj_graph_builder *b, double v) { return b ? fj_b_floa
 fj_value_id fj_build_int(fj_graph_builder *b, int64_t v) { return b ? fj_b_int(&b->b, v) : FJ_NO_VALUE; }
 fj_value_id fj_build_bool(fj_graph_builder *b, int v) { return b ? fj_b_bool(&b->b, v != 0) : FJ_NO_VALUE; }
 
+/* The most entries of a list attribute (fusejit.h, fj_attribute). */
+#define FJ_ATTR_LIST_MAX (1 << 24)
+
 static bool convert_attr(fj_graph_builder *b, const fj_attribute *a, fj_attr *out)
 {
 	fj_graph *g = b->g;
@@ -371,6 +374,11 @@ static bool convert_attr(fj_graph_builder *b, const fj_attribute *a, fj_attr *ou
 		const void *src = a->kind == FJ_ATTR_FLOATS ? (const void *)a->floats : (const void *)a->ints;
 		if (a->n && !src)
 			break;
+		if (a->n > FJ_ATTR_LIST_MAX) { /* a count that is no array's: refused before any allocation */
+			fj_b_fail(&b->b, FJ_ERR_INVALID, "attribute '%s': a list of %zu entries (at most %d)",
+			          a->name ? a->name : "?", a->n, FJ_ATTR_LIST_MAX);
+			return false;
+		}
 		if (a->n > FJ_ARRAY_LEN(items) && !(it = fj_alloc(g->module->ctx, a->n * sizeof *it)))
 			break;
 		for (size_t k = 0; k < a->n; k++)

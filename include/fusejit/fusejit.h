@@ -354,7 +354,7 @@ typedef struct fj_attribute {
 	fj_scalar_type dtype;
 	const int64_t *ints;
 	const double *floats;
-	size_t n;
+	size_t n;         /* list entries: at most 2^24 (more is refused, FJ_ERR_INVALID) */
 } fj_attribute;
 
 /* Starts graph @name in m. */
