@@ -558,6 +558,20 @@ int main(int argc, char **argv)
 	CHECK(fj_build_end(NULL, NULL, 0) != FJ_OK);
 	fj_build_abort(NULL);
 	CHECK(fj_compile(ctx, NULL, NULL, NULL) != FJ_OK);
+	{ /* a list attribute with a count no array has: refused before any allocation (it was not) */
+		fj_module *m = NULL;
+		fj_graph_builder *b = NULL;
+		if (fj_module_new(ctx, &m) == FJ_OK && fj_build_begin(m, "main", &b) == FJ_OK) {
+			fj_value_id x = fj_build_param(b, "x", "f32[3,4]");
+			int64_t d[1] = {1};
+			fj_attribute a = {.name = "dims", .kind = FJ_ATTR_INTS, .ints = d, .n = (size_t)1 << 40};
+			fj_context_clear_diagnostics(ctx);
+			fj_status st = fj_build_op(b, "aten.sum", &x, 1, &a, 1, NULL, 1);
+			expect_error(ctx, st, "a list attribute of 2^40 entries");
+			fj_build_abort(b);
+		}
+		fj_module_destroy(m);
+	}
 	time_t t0 = time(NULL);
 	long it = 0;
 	for (; seconds ? time(NULL) - t0 < seconds : it < iters; it++) {
