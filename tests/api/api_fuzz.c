@@ -7,6 +7,7 @@
  * outputs, a CUDA device on a host program).
  *
  *   fj-api-fuzz [--seed=S] [--iters=N] [--seconds=T] [-v]
+ *   fj-api-fuzz --one=SEED -v      (one iteration, as a message names it)
  *
  * Every call that fails must return an error status with a message on the
  * context (fj_context_error non-empty); a crash, a sanitizer report or a
@@ -323,11 +324,16 @@ static const char *corrupt(tensors *in, tensors *out, size_t *nin, size_t *nout)
 	case 3:
 		t->dtype = (fj_scalar_type)(chance(50) ? 42 : -3);
 		return "invalid dtype";
-	case 4:
+	case 4: {
 		if (ts == out)
 			break;
 		t->data = NULL;
+		int64_t ne = 1;
+		for (int d = 0; d < t->rank; d++)
+			ne *= t->sizes[d];
+		must_refuse = ne != 0; /* no elements: no data needed */
 		return "NULL data";
+	}
 	case 5:
 		if (*nin)
 			(*nin)--;
@@ -505,6 +511,12 @@ static void one(fj_context *ctx, uint64_t seed)
 	int ok = build_graph(ctx, m, clean ? "main" : ANY(NAMES));
 	if (chance(20))
 		build_graph(ctx, m, "main"); /* a second graph, perhaps of the same name */
+	if (verbose) {
+		char *text = NULL;
+		if (fj_module_print(ctx, m, &text, NULL) == FJ_OK)
+			fprintf(stderr, "%s", text);
+		fj_string_free(ctx, text);
+	}
 	if (ok || chance(10)) {
 		fj_compile_options o;
 		fj_compile_options_init(&o);
@@ -533,7 +545,7 @@ static void one(fj_context *ctx, uint64_t seed)
 
 int main(int argc, char **argv)
 {
-	uint64_t seed = 1;
+	uint64_t seed = 1, only = 0;
 	long iters = 400, seconds = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strncmp(argv[i], "--seed=", 7))
@@ -542,10 +554,12 @@ int main(int argc, char **argv)
 			iters = strtol(argv[i] + 8, NULL, 10);
 		else if (!strncmp(argv[i], "--seconds=", 10))
 			seconds = strtol(argv[i] + 10, NULL, 10);
+		else if (!strncmp(argv[i], "--one=", 6))
+			only = strtoull(argv[i] + 6, NULL, 10);
 		else if (!strcmp(argv[i], "-v"))
 			verbose = 1;
 		else {
-			fprintf(stderr, "usage: fj-api-fuzz [--seed=S] [--iters=N] [--seconds=T] [-v]\n");
+			fprintf(stderr, "usage: fj-api-fuzz [--seed=S] [--iters=N] [--seconds=T] [--one=SEED] [-v]\n");
 			return 2;
 		}
 	}
@@ -574,6 +588,11 @@ int main(int argc, char **argv)
 	}
 	time_t t0 = time(NULL);
 	long it = 0;
+	if (only) {
+		one(ctx, only);
+		fj_context_destroy(ctx);
+		return fails ? 1 : 0;
+	}
 	for (; seconds ? time(NULL) - t0 < seconds : it < iters; it++) {
 		if (verbose)
 			fprintf(stderr, "seed %llu\n", (unsigned long long)(seed * 1000003u + (uint64_t)it));
