@@ -3,6 +3,7 @@
 
     run_fuzz.py --seeds A:B [--executors aten,host,nvptx] [--bin DIR]
                 [--out DIR] [--jobs J] [--no-train] [--timeout S]
+                [--time-limit S] [--no-fd] [--no-threads]
 
 For each seed: generate the graph, verify it (`fusejit-opt FILE`; a graph
 that does not verify is a generator bug, counted as `reject`), then run it on
@@ -23,10 +24,13 @@ Two more checks (numpy), each counted in the summary:
             direction v over the float params; the central differences,
             contracted with the tangents t, must match <grad, v> of the same
             graph's --train on aten (tangents t given by file). The two step
-            sizes' disagreement bounds the truncation error; when it is large
-            (a kink of relu/abs/max/clamp/floor/a comparison within h of an
-            input), the inputs are redrawn (fd.kink_redraws) up to 3 times,
-            then the graph is left out (fd.kinky).
+            sizes' disagreement T = |fd(h) - fd(h/2)| bounds the truncation
+            error; when it is large (T > 1e-4 M, M the sum of the terms'
+            magnitudes: a kink of relu/abs/max/clamp/floor or a comparison's
+            jump within h of an input), the inputs are redrawn
+            (fd.kink_redraws) up to 3 times, then the graph is left out
+            (fd.kinky). Else |fd(h/2) - <grad, v>| must be at most
+            4 T + 1e-6 M + 1e-13 S / (h/2), S = sum |t f(x)| (f64 rounding).
 
 Failure kinds (each failing graph goes to OUT/<kind>-<seed>-<executor>.fj,
 with the command and its output in a .log beside it):
@@ -42,7 +46,8 @@ with the command and its output in a .log beside it):
             rounding (comparisons, floor/round/sign, argmax, casts to
             integers: IR.md §5 "what it does not absorb"); reported, never
             counted as a failure
-Exit status: 1 when a crash, timeout, mismatch, error or reject was found.
+Exit status: 1 when a crash, timeout, mismatch, error, reject, threads or
+fdgrad failure was found.
 """
 import argparse
 import json
