@@ -75,7 +75,19 @@ static fj_vid stable_max(fj_dec *d, fj_vid x, uint32_t mask)
 	return m;
 }
 
-/* logsumexp: m = amax {nograd} (0 where infinite); log(sum(exp(x - m))) + m */
+/* Whether a reduction over the dims in mask has no element to reduce (a
+ * static size 0 among them). */
+static bool reduces_nothing(const fj_type *t, uint32_t mask)
+{
+	for (int i = 0; i < t->rank; i++)
+		if ((mask >> i & 1) && t->dims[i] == 0)
+			return true;
+	return false;
+}
+
+/* logsumexp: m = amax {nograd} (0 where infinite); log(sum(exp(x - m))) + m;
+ * over an empty dim, log(sum(exp(x))) = -inf, with no row max (amax of nothing
+ * is an error). */
 static fj_status rule_logsumexp(fj_dec *d)
 {
 	fj_vid x0 = fj_dec_in(d, 0);
@@ -83,6 +95,12 @@ static fj_status rule_logsumexp(fj_dec *d)
 	uint32_t mask = fj_dec_dims_mask(d, "dims", xt->rank);
 	fj_dtype C = fj_dec_comp(R0(d)->dtype);
 	fj_vid x = fj_dec_cvt(d, x0, C);
+	if (reduces_nothing(xt, mask)) { /* log(0) = -inf, and no row max to take */
+		fj_vid s = fj_dec_reduce(d, FJ_OP_PRIMS_SUM, fj_dec_un(d, FJ_OP_PRIMS_EXP, x), mask);
+		fj_vid r = fj_dec_un(d, FJ_OP_PRIMS_LOG, s);
+		finish(d, 0, r, xt, mask, fj_dec_bool(d, "keepdim"));
+		return ok(d);
+	}
 	fj_vid m = stable_max(d, x, mask);
 	fj_vid inf = fj_dec_cmpc(d, FJ_OP_PRIMS_EQ, fj_dec_un(d, FJ_OP_PRIMS_ABS, m), 1.0 / 0.0);
 	m = fj_dec_where(d, inf, c(d, 0, m), m);
