@@ -712,20 +712,38 @@ def _beta_alpha(conv, e, b, prod, dt, what):
     return e.op("aten.add", [s, prod])
 
 
-def _mv(e, m, v):
+# A product summed over at most this many terms is accumulated term by term, in
+# ATen's order (addbmm: batch, then inner index; mv: the inner index), in the output
+# dtype: with cancellation, eager's result can be farther from the exact sum than
+# assert_close allows, and only its own order stays within it. Longer sums take the
+# matmul (mv) or one f64 mm (addbmm).
+SEQUENTIAL_SUM_MAX = 64
+
+
+def _mv(conv, e, mat, vec, what):
+    m, v = conv.operand(mat, what), conv.operand(vec, what)
+    dt, shape = _shape(conv, mat)
+    K = shape[1] if len(shape) == 2 else 0
+    if dt in (torch.float32, torch.float64) and isinstance(K, int) and 0 < K <= SEQUENTIAL_SUM_MAX:
+        r = None
+        for k in range(K):
+            t = e.op("aten.mul", [e.op("aten.slice", [m], {"dim": 1, "start": k, "end": k + 1}),
+                                  e.op("aten.slice", [v], {"dim": 0, "start": k, "end": k + 1})])
+            r = t if r is None else e.op("aten.add", [r, t])
+        return e.op("aten.squeeze", [r], {"dims": [1]})
     u = e.op("aten.unsqueeze", [v], {"dim": 1})
     return e.op("aten.squeeze", [e.op("aten.mm", [m, u])], {"dims": [1]})
 
 
 def mv(conv, n, b):
     e = _Emit(conv, n)
-    return _one(conv, n, e, _mv(e, conv.operand(b["self"], "aten.mv"), conv.operand(b["vec"], "aten.mv")))
+    return _one(conv, n, e, _mv(conv, e, b["self"], b["vec"], "aten.mv"))
 
 
 def addmv(conv, n, b):
     dt = _out(n)[0]
     e = _Emit(conv, n)
-    p = _mv(e, conv.operand(b["mat"], "aten.addmv"), conv.operand(b["vec"], "aten.addmv"))
+    p = _mv(conv, e, b["mat"], b["vec"], "aten.addmv")
     return _one(conv, n, e, _beta_alpha(conv, e, b, p, dt, "aten.addmv"))
 
 
@@ -746,11 +764,6 @@ def baddbmm(conv, n, b):
     return _one(conv, n, e, e.op("aten.expand", [p], {"size": list(shape)}))
 
 
-# addbmm's batch-by-inner products summed one by one, as ATen's addmm_ per batch
-# does, up to this many; beyond, one f64 mm of the batches laid side by side.
-ADDBMM_CHAIN = 64
-
-
 def addbmm(conv, n, b):
     """beta * self + alpha * sum_k b1[k] @ b2[k]. A short sum is accumulated term by
     term onto beta * self in the output dtype, in ATen's order (batch, then inner
@@ -761,7 +774,7 @@ def addbmm(conv, n, b):
     (_, (B, N, K)), (_, (_, _, M)) = _shape(conv, b["batch1"]), _shape(conv, b["batch2"])
     e = _Emit(conv, n)
     x1, x2 = conv.operand(b["batch1"], "aten.addbmm"), conv.operand(b["batch2"], "aten.addbmm")
-    if dt in (torch.float32, torch.float64) and 0 < B * K <= ADDBMM_CHAIN:
+    if dt in (torch.float32, torch.float64) and 0 < B * K <= SEQUENTIAL_SUM_MAX:
         beta, alpha = b.get("beta", 1), b.get("alpha", 1)
         if beta == 0:
             r = e.op("aten.full", [], {"shape": list(shape), "value": 0, "dtype": dt})
