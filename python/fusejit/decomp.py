@@ -1012,7 +1012,47 @@ def batch_norm_legit(conv, n, b):
     return e.lines
 
 
+def _rows_last(e, x, shape):
+    """[N, C, d...] -> [N*d..., C]: the class dim last, every other dim a row."""
+    perm = [0] + list(range(2, len(shape))) + [1]
+    return e.op("aten.reshape", [e.op("aten.permute", [x], {"dims": perm})], {"shape": [-1, shape[1]]})
+
+
+def nll_loss2d(conv, n, b):
+    """nll_loss2d_forward / _backward: nll_loss over [N, C, H, W] as nll_loss over
+    [N*H*W, C] rows (the class dim moved last), reshaped back."""
+    from .fx import UnsupportedOp
+    what = str(n.target)
+    dt, shape = _shape(conv, b["self"])
+    if len(shape) < 3 or any(not isinstance(d, int) for d in shape):
+        raise UnsupportedOp(["%s of a %s input" % (what, list(shape))])
+    red, ign = int(b["reduction"]), b["ignore_index"]
+    e = _Emit(conv, n)
+    x = _rows_last(e, conv.operand(b["self"], what), shape)
+    t = e.op("aten.reshape", [conv.operand(b["target"], what)], {"shape": [-1]})
+    w = conv.operand(b.get("weight"), what)
+    attrs = {"reduction": red, "ignore_index": ign}
+    if n.target is torch.ops.aten.nll_loss2d_forward.default:
+        out, tw = (_out(n, k) for k in (0, 1))
+        res = out if red else e.tmp()
+        e.lines.append("%s, %s = aten.nll_loss_forward(%s, %s, %s) {reduction=%d, ignore_index=%d}"
+                       % (res, tw, x, t, w, red, ign))
+        if not red:
+            e.op("aten.reshape", [res], {"shape": [shape[0]] + list(shape[2:])}, out=out)
+        conv.names[n] = [out, tw]
+        return e.lines
+    g = conv.operand(b["grad_output"], what)
+    if not red:
+        g = e.op("aten.reshape", [g], {"shape": [-1]})
+    gi = e.op("aten.nll_loss_backward", [g, x, t, w, conv.operand(b["total_weight"], what)], attrs)
+    gi = e.op("aten.reshape", [gi], {"shape": [shape[0]] + list(shape[2:]) + [shape[1]]})
+    back = [0, len(shape) - 1] + list(range(1, len(shape) - 1))
+    conv.names[n] = e.op("aten.permute", [gi], {"dims": back}, out="%" + n.name)
+    return e.lines
+
+
 RULES = {
+    "nll_loss2d_forward": nll_loss2d, "nll_loss2d_backward": nll_loss2d,
     "angle": angle, "_batch_norm_with_update_functional": batch_norm_with_update,
     "_native_batch_norm_legit": batch_norm_legit, "_native_batch_norm_legit_no_training": batch_norm_legit, "linalg_cross": linalg_cross,
     "clamp": clamp, "clamp_min": _clamp("min"), "clamp_max": _clamp("max"), "dot": dot, "linalg_vector_norm": linalg_vector_norm,

@@ -793,3 +793,13 @@ def test_batch_norm_with_update_functional():
     assert [t.shape for t in out] == [t.shape for t in ref] and [t.dtype for t in out] == [t.dtype for t in ref]
     for o, r in zip(out, ref):
         torch.testing.assert_close(o, r)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_2d(reduction):
+    """nll_loss over [N, C, H, W] (ATen's nll_loss2d), with a weight and an ignored class."""
+    t = torch.randint(0, 4, (2, 3, 5))
+    t[0, 0, 0] = 1
+    # the target is an input (a tensor captured by the function is a constant to aot_function)
+    check(lambda x, w, tt: F.nll_loss(F.log_softmax(x, 1), tt, weight=w, ignore_index=1, reduction=reduction),
+          rnd(2, 4, 3, 5), rnd(4, grad=False).abs() + 0.5, t)
