@@ -691,14 +691,19 @@ def _inverse(perm):
     return [perm.index(k) for k in range(len(perm))]
 
 
+def _diag_axes(b, shape):
+    """diagonal's and diagonal_scatter's offset, the permutation that moves dim1 and
+    dim2 last, and their sizes."""
+    off = b.get("offset", 0)
+    d1, d2 = _dim(b.get("dim1", 0), len(shape)), _dim(b.get("dim2", 1), len(shape))
+    return off, _to_end(shape, d1, d2), shape[d1], shape[d2]
+
+
 @_rule("diagonal", "diagonal_copy")
 def diagonal(conv, n, b):
     e = _E(conv, n)
     dt, shape = _shape(conv, b["self"])
-    off = b.get("offset", 0)
-    d1, d2 = _dim(b.get("dim1", 0), len(shape)), _dim(b.get("dim2", 1), len(shape))
-    perm = _to_end(shape, d1, d2)
-    s1, s2 = shape[d1], shape[d2]
+    off, perm, s1, s2 = _diag_axes(b, shape)
     batch = [shape[k] for k in perm[:-2]]
     x = e.reshape(e.permute(e.x(b["self"]), perm), batch + [s1 * s2])
     length = _diag_len(s1, s2, off)
@@ -741,10 +746,7 @@ def diag_embed(conv, n, b):
 def diagonal_scatter(conv, n, b):
     e = _E(conv, n)
     dt, shape = _shape(conv, b["self"])
-    off = b.get("offset", 0)
-    d1, d2 = _dim(b.get("dim1", 0), len(shape)), _dim(b.get("dim2", 1), len(shape))
-    perm = _to_end(shape, d1, d2)
-    s1, s2 = shape[d1], shape[d2]
+    off, perm, s1, s2 = _diag_axes(b, shape)
     x = e.permute(e.x(b["self"]), perm)
     length = _diag_len(s1, s2, off)
     if length == 0:
