@@ -239,7 +239,9 @@ class _Attention:
         safe: a row with every key masked gives zeros (PyTorch's _safe_softmax)."""
         e = self.e
         lse = e.op("aten.logsumexp", [self.s], {"dims": [-1]})
-        w = e.op("aten.exp", [e.op("aten.sub", [self.s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
+        # exp(S - max) / sum, as PyTorch's kernels divide: exp(S - lse) would carry lse's
+        # rounding (an ulp of a large lse) into every weight of a row of sharp scores.
+        w = e.op("aten._softmax", [self.s], {"dim": -1})
         if safe:
             dead = e.op("aten.eq", [e.op("aten.unsqueeze", [lse], {"dim": -1}), "-inf"])
             w = e.op("aten.where", [dead, "0", w])

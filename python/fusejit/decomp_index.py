@@ -563,6 +563,23 @@ def index_fill(conv, n, b):
     return e.done(e.where(hit, v, e.reshape(x, shape)), _out(n))
 
 
+@_rule("gather")
+def gather(conv, n, b):
+    """gather itself, and the two forms fusejit's op does not take: an empty index of any
+    integer dtype (PyTorch checks an index's dtype only when it has elements) and a 0-d
+    self, which PyTorch gathers from as a 1-D tensor of one element."""
+    e = _E(conv, n)
+    t = _out(n)
+    _, shape = _shape(conv, b["self"])
+    _, ishape = _shape(conv, b["index"])
+    if _numel(ishape) == 0:
+        return e.done(e.full(t[1], 0, t[0]), t)
+    x = e.x(b["self"])
+    if len(shape) == 0 and len(ishape) == 1:
+        x = e.reshape(x, [1])
+    return e.done(e.op("aten.gather", [x, _index_of(e, conv, b["index"])], {"dim": b["dim"]}), t)
+
+
 @_rule("take")
 def take(conv, n, b):
     e = _E(conv, n)

@@ -361,3 +361,12 @@ def test_overwrite_over_the_dense_limit_stays_in_pytorch():
     assert why and "limit" in why[0], str(ex)
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(f, backend="fusejit_host", dynamic=False)(x, v, i), f(x, v, i))
+
+
+def test_gather_forms_fusejit_ops_refuse(front):
+    """An empty index of u8 (PyTorch checks the dtype only of a non-empty index) and a 0-d
+    self gathered as one element, forward and backward."""
+    check(front, lambda x, i: torch.gather(x * 2, 0, i), rnd(5), torch.zeros(2, 0, dtype=torch.uint8),
+          ops=("aten.gather",))
+    check(front, lambda x, i: torch.gather(x * 2, 0, i), rnd(()), torch.tensor([0]), ops=("aten.gather",))
+    check(front, lambda x, i: torch.gather(x * 2, -1, i), rnd(3, 4), idx(4, 3, 5), ops=("aten.gather",))
