@@ -34,6 +34,11 @@ typedef struct option {
 static const char *const nvptx_math_choices[] = {[FJ_NVPTX_MATH_LIBDEVICE] = "libdevice",
                                                  [FJ_NVPTX_MATH_APPROX] = "approx", NULL};
 
+static const char *const host_target_choices[] = {[FJ_HOST_TARGET_NATIVE] = "native",
+                                                  [FJ_HOST_TARGET_AVX2] = "avx2", NULL};
+static const char *const host_vector_choices[] = {[FJ_HOST_VECTOR_AUTO] = "auto", [FJ_HOST_VECTOR_256] = "256",
+                                                  [FJ_HOST_VECTOR_512] = "512", NULL};
+
 #define AT(field) offsetof(fj_settings, field), NULL, NULL
 #define AT_CHOICE(field, choices, expected) offsetof(fj_settings, field), choices, expected
 static const option options[] = {
@@ -50,6 +55,9 @@ static const option options[] = {
 	{"nvptx_device", "FUSEJIT_NVPTX_DEVICE", OPT_STRING, AT(nvptx_device)},
 	{"nvptx_sync", "FUSEJIT_NVPTX_SYNC", OPT_BOOL, AT(nvptx_sync)},
 	{"cache_fault", "FUSEJIT_CACHE_FAULT", OPT_STRING, AT(cache_fault)}, /* a testing aid (kcache.h) */
+	{"host_target", "FUSEJIT_HOST_TARGET", OPT_CHOICE, AT_CHOICE(host_target, host_target_choices, "native or avx2")},
+	{"host_vector_bits", "FUSEJIT_HOST_VECTOR_BITS", OPT_CHOICE,
+	 AT_CHOICE(host_vector_bits, host_vector_choices, "auto, 256 or 512")},
 };
 #undef AT
 #undef AT_CHOICE

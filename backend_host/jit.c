@@ -1,6 +1,14 @@
 /* jit.c -- the host JIT: ORC LLJIT through the LLVM C API, one per context.
  *
  * Target: the host triple, CPU name and features, PIC, the JIT code model;
+ * with the setting host_target=avx2 the features lose every AVX-512 one (the
+ * AVX2 code path, measurable on an AVX-512 machine). Every kernel function
+ * gets "prefer-vector-width" = the width of setting host_vector_bits (auto:
+ * the widest the features have): LLVM's own tuning prefers 256-bit vectors
+ * on some AVX-512 CPUs (Intel's) and 512 on others (AMD Zen 4); fixing it
+ * makes the loops' width the same on every AVX-512 server. Both settings are
+ * read when the context's JIT is made (its first host compile) and are part
+ * of the kernels' cache tag;
  * one target machine goes to the LLJIT builder, one drives
  * fj_host_emit_llvm's LLVMRunPasses("default<O3>") (loops vectorize for the
  * host), and each compilation makes its own (they run on several threads).
@@ -46,6 +54,7 @@ struct fj_host_jit {
 	char *target_desc;       /* LLVM version, triple, CPU, features (malloc) */
 	char tag[40];            /* "host <128-bit hash of target_desc>": in every key */
 	fj_cg_target target;     /* host_target with the vector width of these features */
+	int host_target, host_vector_bits; /* the settings the JIT was made with */
 };
 
 /* ---- process-global LLVM initialisation ---- */
@@ -104,6 +113,54 @@ static int vector_bits_of(const char *features)
 	return 128;
 }
 
+/* features ("+a,-b,..."), with every "+avx512..." and "+evex512" turned into
+ * "-...": in place (the same length). */
+static void drop_avx512(char *features)
+{
+	for (char *p = features; p && *p;) {
+		char *end = strchr(p, ',');
+		if (*p == '+' && (strncmp(p + 1, "avx512", 6) == 0 || strncmp(p + 1, "evex512", 7) == 0))
+			*p = '-';
+		p = end ? end + 1 : NULL;
+	}
+}
+
+/* The JIT's target from the context's settings: its features and vector
+ * width. FJ_ERR_UNSUPPORTED where this CPU lacks what they ask. */
+static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
+{
+	const fj_settings *s = fj_context_settings(ctx);
+	j->host_target = s->host_target;
+	j->host_vector_bits = s->host_vector_bits;
+	if (s->host_target == FJ_HOST_TARGET_AVX2) {
+		if (!strstr(j->features, "+avx2") || !strstr(j->features, "+fma"))
+			return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+			                       "host_target=avx2: this CPU (%s) has no AVX2 and FMA", j->cpu);
+		drop_avx512(j->features);
+	}
+	int have = vector_bits_of(j->features);
+	int want = s->host_vector_bits == FJ_HOST_VECTOR_256 ? 256 : s->host_vector_bits == FJ_HOST_VECTOR_512 ? 512 : have;
+	if (want > have)
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, (fj_loc){0},
+		                       "host_vector_bits=%d: the host target (%s%s) has %d-bit vectors", want, j->cpu,
+		                       s->host_target == FJ_HOST_TARGET_AVX2 ? ", host_target=avx2" : "", have);
+	j->target.vector_bits = want;
+	return FJ_OK;
+}
+
+/* Every function defined in mod prefers the JIT's vector width. */
+static void set_vector_width(const fj_host_jit *j, LLVMModuleRef mod)
+{
+	char bits[16];
+	snprintf(bits, sizeof bits, "%d", j->target.vector_bits);
+	LLVMContextRef llctx = LLVMGetModuleContext(mod);
+	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+		if (!LLVMIsDeclaration(f))
+			LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+			                        LLVMCreateStringAttribute(llctx, "prefer-vector-width", 19, bits,
+			                                                  (unsigned)strlen(bits)));
+}
+
 /* ---- creation and destruction ---- */
 
 /* A host target machine (diagnostics into ctx): one per compilation, so
@@ -133,8 +190,8 @@ static bool describe_target(fj_host_jit *j)
 	LLVMGetVersion(&maj, &min, &pat);
 	fj_buf b;
 	fj_buf_init(&b, j->ctx);
-	fj_buf_printf(&b, "host-object 2\nllvm %u.%u.%u\n%s\n%s\n%s", maj, min, pat, j->triple, j->cpu,
-	              j->features);
+	fj_buf_printf(&b, "host-object 2\nllvm %u.%u.%u\n%s\n%s\n%s\nvector %d", maj, min, pat, j->triple, j->cpu,
+	              j->features, j->target.vector_bits);
 	j->target_desc = b.oom ? NULL : strdup(b.data);
 	if (j->target_desc)
 		snprintf(j->tag, sizeof j->tag, "host %016llx%016llx",
@@ -178,8 +235,10 @@ static fj_status jit_create(fj_context *ctx, void **out)
 	j->cpu = LLVMGetHostCPUName();
 	j->features = LLVMGetHostCPUFeatures();
 	j->target = host_target;
-	j->target.vector_bits = vector_bits_of(j->features);
-	fj_status st = FJ_ERR_INTERNAL;
+	fj_status st = choose_target(j, ctx);
+	if (st != FJ_OK)
+		goto fail;
+	st = FJ_ERR_INTERNAL;
 	if (!describe_target(j)) {
 		st = FJ_ERR_NOMEM;
 		goto fail;
@@ -218,6 +277,12 @@ fj_status fj_host_jit_get(fj_context *ctx, fj_host_jit **out)
 	void *p = NULL;
 	fj_status st = fj_context_slot(ctx, FJ_SLOT_HOST_JIT, jit_create, jit_destroy, &p);
 	*out = p;
+	const fj_settings *s = fj_context_settings(ctx);
+	fj_host_jit *j = p;
+	if (st == FJ_OK && (s->host_target != j->host_target || s->host_vector_bits != j->host_vector_bits))
+		return fj_error_status(ctx, FJ_ERR_INVALID, (fj_loc){0},
+		                       "host_target / host_vector_bits changed after this context's first host compile: "
+		                       "set them before it (or in a new context)");
 	return st;
 }
 
@@ -283,6 +348,7 @@ static fj_status compile_one(void *arg, fj_context *dctx, uint32_t i, void **dat
 	uint32_t po = 0, pm = 0;
 	fj_status st = fj_cg_emit_node_kernel(&cg, b->g, b->nodes[i], b->name[i], &po, &pm);
 	fj_cg_dispose(&cg);
+	set_vector_width(j, mod);
 	if (st == FJ_OK)
 		st = verify_and_optimise(dctx, tm, mod);
 	LLVMMemoryBufferRef obj = NULL;
@@ -434,6 +500,7 @@ fj_status fj_host_emit_llvm(fj_context *ctx, const fj_graph *g, fj_buf *b)
 		st = fj_cg_emit_node_kernel(&cg, g, i, name, &po, &pm);
 	}
 	fj_cg_dispose(&cg);
+	set_vector_width(j, mod);
 	if (st == FJ_OK)
 		st = verify_and_optimise(ctx, j->tm, mod);
 	if (st == FJ_OK) {

@@ -95,7 +95,15 @@ typedef struct fj_settings {
 	char *nvptx_device;       /* "nvptx_device": NULL or "cuda", "emulator" */
 	bool nvptx_sync;          /* "nvptx_sync": wait after each GPU launch, name a faulting kernel */
 	char *cache_fault;        /* "cache_fault": a fault in the disk cache's writes (tests) */
+	int host_target;          /* "host_target": FJ_HOST_TARGET_NATIVE or _AVX2 */
+	int host_vector_bits;     /* "host_vector_bits": FJ_HOST_VECTOR_AUTO, _256 or _512 */
 } fj_settings;
+
+/* host_target: the host CPU's own features, or them without AVX-512 (the AVX2
+ * code path, on an AVX-512 machine too). host_vector_bits: the preferred
+ * vector width of the host's loops (auto: the widest the features have). */
+enum { FJ_HOST_TARGET_NATIVE = 0, FJ_HOST_TARGET_AVX2 = 1 };
+enum { FJ_HOST_VECTOR_AUTO = 0, FJ_HOST_VECTOR_256 = 1, FJ_HOST_VECTOR_512 = 2 };
 
 /* nvptx_math: GPU math through libdevice (a kernel that needs it fails
  * clearly without it), or PTX approximations (f64 computed through f32). */

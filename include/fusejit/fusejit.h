@@ -143,6 +143,13 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *                                              entry are written, or before its rename) or
  *                                              "enospc[-after-write:N]" (stores fail with ENOSPC
  *                                              after N bytes, or before the rename); unset: none
+ *   host_target       FUSEJIT_HOST_TARGET      host: "native" (this CPU's features) or "avx2" (them
+ *                                              without AVX-512: the AVX2 code path on any x86 CPU
+ *                                              with AVX2 and FMA); fixed at the context's first
+ *                                              host compile
+ *   host_vector_bits  FUSEJIT_HOST_VECTOR_BITS host: the vector width loops prefer, "auto" (the
+ *                                              widest the target has: 512 with AVX-512), "256"
+ *                                              or "512"; fixed at the first host compile
  * ====================================================================== */
 
 /* Sets option name to value (NULL: back to its default). FJ_ERR_INVALID for

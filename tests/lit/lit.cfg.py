@@ -36,3 +36,14 @@ ptxas = shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+# The host CPU's vector extensions (/proc/cpuinfo's flags): features `avx2`
+# (AVX2 and FMA) and `avx512` (AVX-512 F), for the host_target tests.
+try:
+    with open("/proc/cpuinfo") as f:
+        flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+except OSError:
+    flags = []
+if "avx2" in flags and "fma" in flags:
+    config.available_features.add("avx2")
+if "avx512f" in flags:
+    config.available_features.add("avx512")

@@ -539,6 +539,39 @@ START_TEST(test_options)
 }
 END_TEST
 
+/* host_target and host_vector_bits: their values, and fixed at the context's
+ * first host compile (a later change fails the next host compile clearly;
+ * back to the first values, it compiles again). */
+START_TEST(test_host_target_options)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	fj_context_set_cache(ctx, "off", 0);
+	const fj_settings *st = fj_context_settings(ctx);
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_target", "avx9"), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "host_target: 'avx9' is not native or avx2"));
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "1024"), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "is not auto, 256 or 512"));
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "256"), FJ_OK);
+	ck_assert_int_eq(st->host_vector_bits, FJ_HOST_VECTOR_256);
+	const char *src = "graph @g(%x: f32[4]) {\n  %y = aten.exp(%x)\n  return %y\n}\n";
+	fj_program_destroy(compile_text(ctx, src, FJ_EXECUTOR_HOST, 0));
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "auto"), FJ_OK);
+	fj_module *m;
+	ck_assert_int_eq(fj_module_parse(ctx, src, strlen(src), "t.fj", &m), FJ_OK);
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = FJ_EXECUTOR_HOST;
+	fj_program *p = NULL;
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "changed after this context's first host compile"));
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "256"), FJ_OK);
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_OK);
+	fj_program_destroy(p);
+	fj_module_destroy(m);
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 /* Out of memory at the n-th allocation of parse + compile + run: an error,
  * never a crash or a leak. Every n up to 60, then a sample up to success. */
 START_TEST(test_alloc_failures)
@@ -594,6 +627,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_training);
 	tcase_add_test(tc, test_cache_settings);
 	tcase_add_test(tc, test_options);
+	tcase_add_test(tc, test_host_target_options);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
 	return s;
