@@ -2,7 +2,8 @@
 """bench/peers/run.py [--only NAME,...] [--rounds N] [--peers LIST] [--no-train] ...
 
 A like-for-like comparison of fusejit's fused host executor with its peers on
-the functions of bench/graphs/*.fj, at the same sizes, on this machine with
+the functions of bench/graphs/*.fj (and bench/peers/mlp_wide.fj: the CPU speed
+issue's MLP), at the same sizes, on this machine with
 PEER_THREADS threads (default 2; on a bigger machine every process is pinned
 to the same first PEER_THREADS CPUs):
   fusejit        build/fusejit-run FILE --executor=host --bench --json [--train]
@@ -84,7 +85,10 @@ SIZES = {
     "layer_norm": "[8192,4096] f32", "rms_norm": "[8192,4096] f32", "softmax": "[8192,4096] f32",
     "log_softmax": "[8192,4096] f32", "ln_residual_f16": "[8192,4096] f16",
     "cross_entropy": "[1024,32000] f32", "mlp": "[512,512] h2048 f32", "attention": "8x[512,64] f32",
+    "mlp_wide": "[1024,768] h3072 f32, exact gelu",
 }
+# graphs of bench/peers/ rather than bench/graphs/ (no one-thread aten reference)
+PEER_GRAPHS = ("mlp_wide",)
 ORDER = list(SIZES)
 PEERS = ["torch eager", "torch.compile", "jax.jit", "halide"]
 REUSE_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.arena_max=1"
@@ -181,6 +185,11 @@ def torch_worker():
                               w2, b2) + x),
                     [mk((512, 512)), mk((512,)), mk((512,)), mk((2048, 512)), mk((2048,)), mk((512, 2048)),
                      mk((512,))])
+        if name == "mlp_wide":
+            return ((lambda x, lw, lb, w1, b1, w2, b2:
+                     F.linear(F.gelu(F.linear(F.layer_norm(x, (768,), lw, lb, 1e-5), w1, b1)), w2, b2) + x),
+                    [mk((1024, 768)), mk((768,)), mk((768,)), mk((3072, 768)), mk((3072,)), mk((768, 3072)),
+                     mk((768,))])
         if name == "attention":
             return ((lambda q, k, v: torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) / 8.0, -1), v)),
                     [mk((8, 512, 64)) for _ in range(3)])
@@ -250,6 +259,11 @@ def jax_worker():
             return ((lambda x, lw, lb, w1, b1, w2, b2: gelu(ln(x, lw, lb) @ w1.T + b1) @ w2.T + b2 + x),
                     [mk((512, 512)), mk((512,)), mk((512,)), mk((2048, 512)), mk((2048,)), mk((512, 2048)),
                      mk((512,))])
+        if name == "mlp_wide":
+            return ((lambda x, lw, lb, w1, b1, w2, b2:
+                     jax.nn.gelu(ln(x, lw, lb) @ w1.T + b1, approximate=False) @ w2.T + b2 + x),
+                    [mk((1024, 768)), mk((768,)), mk((768,)), mk((3072, 768)), mk((3072,)), mk((768, 3072)),
+                     mk((768,))])
         if name == "attention":
             return ((lambda q, k, v: jax.nn.softmax(q @ k.transpose(0, 2, 1) / 8.0, -1) @ v),
                     [mk((8, 512, 64)) for _ in range(3)])
@@ -336,7 +350,7 @@ def find_fusejit_run(build):
 
 
 def run_fusejit(exe, name, ps, reps, cache):
-    cmd = [exe, os.path.join(ROOT, "bench", "graphs", name + ".fj"), "--executor=host", "--bench", "--json"]
+    cmd = [exe, os.path.join(ROOT, "bench", "peers" if name in PEER_GRAPHS else "graphs", name + ".fj"), "--executor=host", "--bench", "--json"]
     if ps == "train":
         cmd.append("--train")
     env = dict(os.environ, FUSEJIT_THREADS=str(THREADS), FUSEJIT_CACHE_DIR=cache)
