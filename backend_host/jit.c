@@ -116,13 +116,15 @@ static int vector_bits_of(const char *features)
 	return 128;
 }
 
-/* features ("+a,-b,..."), with every "+avx512..." and "+evex512" turned into
- * "-...": in place (the same length). */
+/* features ("+a,-b,..."), with every "+avx512...", "+avx10..." (AVX10 holds
+ * AVX-512's instructions) and "+evex512" turned into "-...": in place (the
+ * same length). */
 static void drop_avx512(char *features)
 {
 	for (char *p = features; p && *p;) {
 		char *end = strchr(p, ',');
-		if (*p == '+' && (strncmp(p + 1, "avx512", 6) == 0 || strncmp(p + 1, "evex512", 7) == 0))
+		if (*p == '+' && (strncmp(p + 1, "avx512", 6) == 0 || strncmp(p + 1, "avx10", 5) == 0 ||
+		                  strncmp(p + 1, "evex512", 7) == 0))
 			*p = '-';
 		p = end ? end + 1 : NULL;
 	}
