@@ -46,6 +46,7 @@ static const option options[] = {
 	{"compile_jobs", "FUSEJIT_NVPTX_JOBS", OPT_COUNT, AT(compile_jobs)},
 	{"cache_dir", "FUSEJIT_CACHE_DIR", OPT_DIR, AT(cache_dir)},
 	{"cache_max_mb", "FUSEJIT_CACHE_MAX_MB", OPT_MB, AT(cache_max_bytes)},
+	{"kernel_cache_mb", "FUSEJIT_KERNEL_CACHE_MB", OPT_MB, AT(kernel_cache_bytes)},
 	{"nvptx_variants", "FUSEJIT_NVPTX_VARIANTS", OPT_STRING, AT(nvptx_variants)},
 	{"ptx_all_variants", "FUSEJIT_PTX_ALL_VARIANTS", OPT_BOOL, AT(ptx_all_variants)},
 	{"libdevice", "FUSEJIT_LIBDEVICE", OPT_STRING, AT(libdevice)},

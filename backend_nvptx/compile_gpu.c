@@ -287,6 +287,9 @@ fj_status fj_nvptx_compile_region(fj_context *ctx, const fj_graph *g, uint32_t n
 	if (st == FJ_OK)
 		st = fj_kcache_get(ctx, "ptx", target.data, &req, 1, region_compile, &q, &fresh);
 	if (st == FJ_OK) {
+		/* The reference fj_kcache_get took is never dropped: nvptx programs
+		 * keep bare kernel pointers, so their entries stay for the context's
+		 * life (never evicted) and the CUDA modules stay loaded. */
 		*out = region_value(ctx, s, req.entry);
 		st = *out ? FJ_OK : FJ_ERR_NOMEM;
 		if (hit)
@@ -517,6 +520,8 @@ fj_status fj_nvptx_emit_module(fj_context *ctx, const fj_module *m, const char *
 			st = fj_kcache_get(ctx, "ptx-emit", target.data, b.req, n, emit_compile, &b, NULL);
 		if (st == FJ_OK)
 			st = emit_join(ctx, &b, n, out);
+		for (uint32_t i = 0; i < n && b.req; i++) /* joined into out: the entries may go */
+			fj_kcache_release(ctx, b.req[i].entry);
 		free(koff);
 		fj_buf_free(&keys);
 		fj_buf_free(&target);

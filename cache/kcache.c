@@ -32,18 +32,29 @@
 #define KC_TMP_PREFIX ".tmp-"
 #define KC_TMP_MAX_AGE 3600 /* seconds: a temporary file older than this is a leftover */
 
-typedef struct mem_entry {
+typedef struct mem_entry mem_entry;
+struct mem_entry {
 	fj_kc_entry e;       /* first: the backends see this */
 	const char *kind;    /* a string literal of the caller's */
 	char *key;           /* malloc'd */
 	size_t keylen;
 	uint64_t hash;
-} mem_entry;
+	uint32_t refs;       /* references held by callers (fj_kcache_release); 0: evictable */
+	size_t charge;       /* bytes counted against the memory cap */
+	mem_entry *newer, *older; /* the LRU list (kc->newest ... kc->oldest) */
+};
+
+/* What an entry costs besides its key and payload: the entry, and the
+ * backend's value (the host JIT maps at least a page of code and keeps
+ * its symbol tables per kernel; measured at about 8 KiB a kernel). */
+#define KC_ENTRY_OVERHEAD 8192
 
 typedef struct fj_kcache {
 	pthread_mutex_t lock;
 	mem_entry **tab;     /* the memory table: NULL or an entry per slot */
 	uint32_t cap, count;
+	mem_entry *newest, *oldest; /* the LRU list of every entry */
+	uint64_t mem_bytes;  /* the entries' charges (capped by the setting kernel_cache_mb) */
 	char *dir;           /* NULL: off (malloc'd) */
 	bool configured;     /* set by fj_kcache_configure (wins over the environment) */
 	uint64_t max_bytes;
@@ -97,19 +108,27 @@ static uint64_t default_max(fj_context *ctx)
 	return m ? m : (uint64_t)KC_DEFAULT_MB << 20;
 }
 
+static uint64_t default_mem_max(fj_context *ctx)
+{
+	uint64_t m = fj_context_settings(ctx)->kernel_cache_bytes;
+	return m ? m : (uint64_t)KC_DEFAULT_MB << 20;
+}
+
+static void entry_free(fj_context *ctx, mem_entry *m)
+{
+	if (m->e.value && m->e.value_free)
+		m->e.value_free(ctx, m->e.value);
+	free(m->e.data);
+	free(m->key);
+	free(m);
+}
+
 static void kc_destroy(fj_context *ctx, void *p)
 {
 	fj_kcache *kc = p;
-	for (uint32_t i = 0; i < kc->cap; i++) {
-		mem_entry *m = kc->tab[i];
-		if (!m)
-			continue;
-		if (m->e.value && m->e.value_free)
-			m->e.value_free(ctx, m->e.value);
-		free(m->e.data);
-		free(m->key);
-		free(m);
-	}
+	for (uint32_t i = 0; i < kc->cap; i++)
+		if (kc->tab[i])
+			entry_free(ctx, kc->tab[i]);
 	free(kc->tab);
 	free(kc->dir);
 	pthread_mutex_destroy(&kc->lock);
@@ -184,6 +203,85 @@ static bool mem_grow(fj_kcache *kc)
 	return true;
 }
 
+/* ---- the LRU list and eviction (under kc->lock) ---- */
+
+static void lru_unlink(fj_kcache *kc, mem_entry *m)
+{
+	if (m->newer)
+		m->newer->older = m->older;
+	else
+		kc->newest = m->older;
+	if (m->older)
+		m->older->newer = m->newer;
+	else
+		kc->oldest = m->newer;
+	m->newer = m->older = NULL;
+}
+
+static void lru_push(fj_kcache *kc, mem_entry *m)
+{
+	m->newer = NULL;
+	m->older = kc->newest;
+	if (kc->newest)
+		kc->newest->newer = m;
+	kc->newest = m;
+	if (!kc->oldest)
+		kc->oldest = m;
+}
+
+/* Removes m from the table (linear probing: the entries after it move back
+ * into the hole, so that no probe sequence breaks). */
+static void tab_remove(fj_kcache *kc, mem_entry *m)
+{
+	uint32_t mask = kc->cap - 1, i = (uint32_t)m->hash & mask;
+	while (kc->tab[i] != m)
+		i = (i + 1) & mask;
+	kc->tab[i] = NULL;
+	for (uint32_t j = (i + 1) & mask; kc->tab[j]; j = (j + 1) & mask) {
+		uint32_t home = (uint32_t)kc->tab[j]->hash & mask;
+		bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+		if (stays)
+			continue;
+		kc->tab[i] = kc->tab[j];
+		kc->tab[j] = NULL;
+		i = j;
+	}
+	kc->count--;
+}
+
+/* Takes the least recently used entries that no caller holds out of the
+ * cache until it is within its cap; returns them (linked by `older`), for
+ * entry_free outside the lock. */
+static mem_entry *evict_locked(fj_kcache *kc, uint64_t max)
+{
+	mem_entry *victims = NULL;
+	for (mem_entry *m = kc->oldest; m && kc->mem_bytes > max;) {
+		mem_entry *next = m->newer;
+		if (m->refs == 0) {
+			lru_unlink(kc, m);
+			tab_remove(kc, m);
+			kc->mem_bytes -= m->charge;
+			m->older = victims;
+			victims = m;
+		}
+		m = next;
+	}
+	return victims;
+}
+
+static void free_victims(fj_context *ctx, fj_kcache *kc, mem_entry *victims)
+{
+	uint64_t n = 0;
+	while (victims) {
+		mem_entry *next = victims->older;
+		entry_free(ctx, victims);
+		victims = next;
+		n++;
+	}
+	if (n)
+		atomic_fetch_add(&kc->counters[FJ_KC_MEMORY_EVICTIONS], n);
+}
+
 fj_kc_entry *fj_kcache_find(fj_context *ctx, const char *kind, const void *key, size_t keylen)
 {
 	fj_kcache *kc = get(ctx);
@@ -192,6 +290,11 @@ fj_kc_entry *fj_kcache_find(fj_context *ctx, const char *kind, const void *key, 
 	uint64_t h = mem_hash(kind, key, keylen);
 	pthread_mutex_lock(&kc->lock);
 	mem_entry *m = mem_find(kc, kind, key, keylen, h);
+	if (m) {
+		m->refs++;
+		lru_unlink(kc, m);
+		lru_push(kc, m);
+	}
 	pthread_mutex_unlock(&kc->lock);
 	return m ? &m->e : NULL;
 }
@@ -208,18 +311,28 @@ fj_kc_entry *fj_kcache_insert(fj_context *ctx, const char *kind, const void *key
 		return NULL;
 	}
 	memcpy(k, key, keylen);
-	*m = (mem_entry){{data, len, NULL, NULL}, kind, k, keylen, mem_hash(kind, key, keylen)};
+	*m = (mem_entry){{data, len, NULL, NULL}, kind, k, keylen, mem_hash(kind, key, keylen), 1,
+	                 sizeof *m + keylen + len + KC_ENTRY_OVERHEAD, NULL, NULL};
+	uint64_t max = default_mem_max(ctx);
 	pthread_mutex_lock(&kc->lock);
-	mem_entry *other = mem_find(kc, kind, key, keylen, m->hash);
+	mem_entry *other = mem_find(kc, kind, key, keylen, m->hash), *victims = NULL;
 	bool ok = other || mem_grow(kc);
-	if (!other && ok) {
+	if (other) {
+		other->refs++;
+		lru_unlink(kc, other);
+		lru_push(kc, other);
+	} else if (ok) {
 		uint32_t j = (uint32_t)m->hash & (kc->cap - 1);
 		while (kc->tab[j])
 			j = (j + 1) & (kc->cap - 1);
 		kc->tab[j] = m;
 		kc->count++;
+		lru_push(kc, m);
+		kc->mem_bytes += m->charge;
+		victims = evict_locked(kc, max);
 	}
 	pthread_mutex_unlock(&kc->lock);
+	free_victims(ctx, kc, victims);
 	if (other || !ok) { /* entered meanwhile by another thread, or no room */
 		free(data);
 		free(k);
@@ -227,6 +340,29 @@ fj_kc_entry *fj_kcache_insert(fj_context *ctx, const char *kind, const void *key
 		return other ? &other->e : NULL;
 	}
 	return &m->e;
+}
+
+void fj_kcache_retain(fj_context *ctx, fj_kc_entry *e)
+{
+	fj_kcache *kc = get(ctx);
+	pthread_mutex_lock(&kc->lock);
+	((mem_entry *)e)->refs++;
+	pthread_mutex_unlock(&kc->lock);
+}
+
+void fj_kcache_release(fj_context *ctx, fj_kc_entry *e)
+{
+	fj_kcache *kc = e ? get(ctx) : NULL;
+	if (!kc)
+		return;
+	uint64_t max = default_mem_max(ctx);
+	pthread_mutex_lock(&kc->lock);
+	mem_entry *m = (mem_entry *)e, *victims = NULL;
+	FJ_ASSERT(m->refs > 0);
+	if (--m->refs == 0 && kc->mem_bytes > max)
+		victims = evict_locked(kc, max);
+	pthread_mutex_unlock(&kc->lock);
+	free_victims(ctx, kc, victims);
 }
 
 /* ---- counters ---- */

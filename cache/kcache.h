@@ -19,9 +19,18 @@
  * and entered in memory. Backends keep what they make of a payload (the JIT
  * addresses of an object, a loaded CUDA module) on its memory entry.
  *
- * Memory: one table per context (slot FJ_SLOT_KERNEL_CACHE), never evicted;
- * entries live until the context is destroyed (first among its slots, so
- * the backends' state is still there for the entries' value_free).
+ * Memory: one table per context (slot FJ_SLOT_KERNEL_CACHE), capped by the
+ * setting kernel_cache_mb (default 256 MiB): each entry is charged its key,
+ * its payload and KC_ENTRY_OVERHEAD (the backend's value: JIT code pages,
+ * symbol tables). Callers hold references on the entries they use
+ * (fj_kcache_find, fj_kcache_insert and fj_kcache_get each hand out one;
+ * fj_kcache_release drops it): a program keeps its kernels' entries until
+ * it is destroyed. Once the charges pass the cap, the least recently used
+ * entries that nobody holds are evicted (value_free frees the backend's
+ * value: a host kernel's code leaves the JIT); entries in use are never
+ * evicted, so the cap may be exceeded by what live programs use. The rest
+ * live until the context is destroyed (first among its slots, so the
+ * backends' state is still there for the entries' value_free).
  *
  * Disk place: the context's setting cache_dir (fj_context_set_cache or the
  * option "cache_dir"; by default $FUSEJIT_CACHE_DIR, else
@@ -91,13 +100,19 @@ typedef struct fj_kc_entry {
 	void (*value_free)(fj_context *ctx, void *value);
 } fj_kc_entry;
 
-/* The entry of (kind, key) in memory, or NULL. */
+/* The entry of (kind, key) in memory, with a reference the caller drops
+ * with fj_kcache_release, or NULL. */
 fj_kc_entry *fj_kcache_find(fj_context *ctx, const char *kind, const void *key, size_t keylen);
 /* Enters (kind, key) -> data[0..len) (taking data, malloc'd) and returns its
- * entry; when another thread entered the key meanwhile, frees data and
- * returns that entry. NULL when out of memory (data freed). */
+ * entry, with a reference; when another thread entered the key meanwhile,
+ * frees data and returns that entry (with a reference). NULL when out of
+ * memory (data freed). May evict entries nobody holds. */
 fj_kc_entry *fj_kcache_insert(fj_context *ctx, const char *kind, const void *key, size_t keylen, void *data,
                               size_t len);
+/* Takes one more reference on e, and drops one (e may be NULL): an entry
+ * with none left may be evicted (at once when the cache is over its cap). */
+void fj_kcache_retain(fj_context *ctx, fj_kc_entry *e);
+void fj_kcache_release(fj_context *ctx, fj_kc_entry *e);
 
 /* ---- the flow: memory, disk, then compile in parallel ---- */
 
@@ -112,7 +127,8 @@ typedef struct fj_kc_request {
  * itself when there is one thread). */
 typedef fj_status (*fj_kc_compile_fn)(void *arg, fj_context *dctx, uint32_t i, void **data, size_t *len);
 
-/* Fills req[i].entry for i in [0, n): from memory (counted in memory_hits),
+/* Fills req[i].entry for i in [0, n), each with one reference (release
+ * each request's): from memory (counted in memory_hits),
  * else from the disk entry of the batch of distinct misses (kernels_loaded),
  * else compiled with compile (kernels_compiled; then stored on disk). target
  * describes what the payloads depend on besides the keys (LLVM version, CPU
@@ -148,6 +164,7 @@ typedef enum fj_kcache_counter {
 	FJ_KC_DISK_EVICTIONS,    /* entries deleted by the size cap */
 	FJ_KC_STORE_ERRORS,      /* stores that failed (a full disk ...): not errors of the compile */
 	FJ_KC_DISK_LEFTOVERS,    /* temporary files of unfinished stores deleted */
+	FJ_KC_MEMORY_EVICTIONS,  /* entries evicted from memory by the cap kernel_cache_mb */
 	FJ_KC_COUNT
 } fj_kcache_counter;
 void fj_kcache_count(fj_context *ctx, fj_kcache_counter c, uint64_t n);

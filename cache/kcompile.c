@@ -292,11 +292,13 @@ fj_status fj_kcache_get(fj_context *ctx, const char *kind, const char *target, f
 	fj_buf_init(&bkey, ctx);
 	fj_status st = FJ_OK;
 	uint32_t nmiss = 0, m = 0;
+	bool found = false; /* req's entries were looked up (and hold references) */
 	if (!miss || !mhash || !which || !data || !len) {
 		st = fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 		goto done;
 	}
 	nmiss = find_misses(ctx, kind, req, n, miss, mhash, which);
+	found = true;
 	if (!nmiss)
 		goto done;
 	fj_buf_printf(&bkey, "%s batch 1\n%s\n", kind, target);
@@ -333,17 +335,21 @@ fj_status fj_kcache_get(fj_context *ctx, const char *kind, const char *target, f
 		}
 	}
 	for (uint32_t i = 0; i < n; i++)
-		if (which[i] >= 0)
+		if (which[i] >= 0 && miss[which[i]] != i) { /* a duplicate: one more reference */
 			req[i].entry = req[miss[which[i]]].entry;
+			fj_kcache_retain(ctx, req[i].entry);
+		}
 	if (fresh)
 		*fresh = nmiss;
 done:
 	if (data)
 		for (uint32_t k = 0; k < nmiss; k++)
 			free(data[k]);
-	if (st != FJ_OK && req)
-		for (uint32_t i = 0; i < n; i++)
+	if (st != FJ_OK && found)
+		for (uint32_t i = 0; i < n; i++) {
+			fj_kcache_release(ctx, req[i].entry);
 			req[i].entry = NULL;
+		}
 	fj_buf_free(&bkey);
 	free(miss);
 	free(mhash);

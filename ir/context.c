@@ -57,6 +57,7 @@ fj_context *fj_context_new(fj_alloc_fn alloc, void *alloc_ud)
 	ctx->alloc = alloc;
 	ctx->alloc_ud = alloc_ud;
 	ctx->settings.cache_max_bytes = (uint64_t)256 << 20;
+	ctx->settings.kernel_cache_bytes = (uint64_t)256 << 20;
 	pthread_mutexattr_t attr;
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);

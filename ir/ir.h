@@ -86,6 +86,7 @@ typedef struct fj_settings {
 	int compile_jobs;         /* "compile_jobs": kernels compiled at once; 0 = one per core */
 	char *cache_dir;          /* "cache_dir": the disk cache; NULL = none */
 	uint64_t cache_max_bytes; /* "cache_max_mb", in bytes */
+	uint64_t kernel_cache_bytes; /* "kernel_cache_mb": the in-memory kernel cache's cap, in bytes */
 	char *nvptx_variants;     /* "nvptx_variants": forced GPU template variants (tests) */
 	bool ptx_all_variants;    /* "ptx_all_variants": --emit=ptx writes every variant */
 	char *libdevice;          /* "libdevice": libdevice's path, "none"; NULL = the default */

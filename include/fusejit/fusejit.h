@@ -121,6 +121,9 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *   cache_dir         FUSEJIT_CACHE_DIR        the disk cache's directory; "off" or "": none
  *                                              ($XDG_CACHE_HOME/fusejit, else ~/.cache/fusejit)
  *   cache_max_mb      FUSEJIT_CACHE_MAX_MB     the disk cache's cap in MiB (256)
+ *   kernel_cache_mb   FUSEJIT_KERNEL_CACHE_MB  the in-memory kernel cache's cap in MiB (256): the
+ *                                              least recently used kernels no live program uses
+ *                                              are evicted past it (their code freed)
  *   libdevice         FUSEJIT_LIBDEVICE        libdevice's path, "none" for no libdevice
  *                                              (the CUDA toolkit's, where installed)
  *   nvptx_math        FUSEJIT_NVPTX_MATH       nvptx: "libdevice" (the default: math through

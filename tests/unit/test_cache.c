@@ -177,6 +177,55 @@ START_TEST(test_cache_insert_race_and_values)
 }
 END_TEST
 
+/* The memory cap (kernel_cache_mb): the least recently used entries nobody
+ * holds go once the charges pass it; held ones never do. */
+START_TEST(test_cache_memory_cap)
+{
+	fj_context *ctx = cache_ctx("off", 1);
+	fj_context_settings_mut(ctx)->kernel_cache_bytes = (uint64_t)1 << 20;
+	enum { N = 200, HELD = 5, PAYLOAD = 16384 };
+	fj_kc_entry *held[HELD];
+	char key[32];
+	freed = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		fj_kc_entry *e = fj_kcache_insert(ctx, "test", key, strlen(key), calloc(1, PAYLOAD), PAYLOAD);
+		ck_assert_ptr_nonnull(e);
+		e->value = malloc(8);
+		e->value_free = value_free;
+		if (i < HELD)
+			held[i] = e;
+		else
+			fj_kcache_release(ctx, e);
+	}
+	uint64_t c[FJ_KC_COUNT];
+	fj_kcache_counters(ctx, c);
+	ck_assert_int_gt(freed, N / 2); /* 1 MiB holds fewer than 64 of these */
+	ck_assert_uint_eq(c[FJ_KC_MEMORY_EVICTIONS], (uint64_t)freed);
+	int present = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		fj_kc_entry *e = fj_kcache_find(ctx, "test", key, strlen(key));
+		if (i < HELD)
+			ck_assert_ptr_eq(e, held[i]); /* held: never evicted */
+		if (i == HELD || i == N / 2)
+			ck_assert_ptr_null(e); /* old and free: evicted */
+		if (i == N - 1)
+			ck_assert_ptr_nonnull(e); /* the newest stays */
+		present += e != NULL;
+		fj_kcache_release(ctx, e);
+	}
+	ck_assert_int_eq(present + freed, N);
+	ck_assert_int_le(present, HELD + 64);
+	for (int i = 0; i < HELD; i++)
+		fj_kcache_release(ctx, held[i]);
+	int before = freed;
+	fj_context_destroy(ctx);
+	ck_assert_int_eq(freed, N); /* the rest with the context */
+	ck_assert_int_lt(before, N);
+}
+END_TEST
+
 /* ---- PTX and host kernels through the cache ---- */
 
 /* Three layers of the same structure (a matmul region each, fj_main_k0..2;
@@ -417,6 +466,7 @@ Suite *suite_cache(void)
 	tcase_add_loop_test(tc, test_cache_diagnostics_in_order, 0, 2);
 	tcase_add_test(tc, test_cache_disk_batch);
 	tcase_add_test(tc, test_cache_insert_race_and_values);
+	tcase_add_test(tc, test_cache_memory_cap);
 	suite_add_tcase(s, tc);
 	TCase *tk = tcase_create("kernels");
 	tcase_set_timeout(tk, 300);
