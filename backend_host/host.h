@@ -17,6 +17,7 @@ typedef struct fj_host_kernel {
 	fj_host_kernel_fn fn;
 	uint32_t par_out;  /* parallel extent = product of result par_out's dims in par_mask */
 	uint32_t par_mask;
+	void *entry;       /* the kernel cache's entry, held (its code stays) until fj_host_release_kernels */
 } fj_host_kernel;
 
 typedef struct fj_host_jit fj_host_jit;
@@ -34,6 +35,10 @@ fj_status fj_host_jit_get(fj_context *ctx, fj_host_jit **out);
  * distinct kernels compiled or loaded from the disk (memory misses). */
 fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32_t *nodes, uint32_t n,
                                 fj_host_kernel *out, uint32_t *compiled);
+/* Drops the references kernels[0..n) hold on the kernel cache (entries no
+ * longer used by anyone may then be evicted, their code freed); clears
+ * them. Kernels without an entry (fn NULL) are skipped. */
+void fj_host_release_kernels(fj_context *ctx, fj_host_kernel *kernels, uint32_t n);
 
 /* Writes the optimised LLVM IR of the per-node kernels of g to b
  * (fusejit-opt --emit=llvm-host). */

@@ -25,10 +25,14 @@
  * alone in a module, in a fresh LLVM context with its own target machine:
  * verified, optimised, compiled to an object file
  * (LLVMTargetMachineEmitToMemoryBuffer). The cache entry's payload is that
- * object; the first caller adds it to the JIT (LLVMOrcLLJITAddObjectFile)
- * under the JIT's mutex and keeps the kernel's address on the entry. A
- * kernel's symbol is a hash of its key, so a cached object links in any
- * process and no two objects define one symbol.
+ * object; the first caller adds it to the JIT (LLVMOrcLLJITAddObjectFileWithRT,
+ * under its own resource tracker) under the JIT's mutex and keeps the
+ * kernel's address on the entry. A kernel's symbol is a hash of its key, so
+ * a cached object links in any process and no two objects define one symbol.
+ * Programs hold references on their kernels' entries (fj_host_kernel.entry,
+ * dropped by fj_host_release_kernels); when the cache evicts an entry nobody
+ * holds, kernel_free removes its resource tracker: the code, its symbols
+ * and its unwind registration leave the JIT.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -382,10 +386,36 @@ static fj_status compile_one(void *arg, fj_context *dctx, uint32_t i, void **dat
 	return p ? FJ_OK : fj_error_status(dctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 }
 
+/* An entry's value: the kernel, and what frees its code. */
+typedef struct host_value {
+	fj_host_kernel k;
+	fj_host_jit *j;
+	LLVMOrcResourceTrackerRef rt;
+} host_value;
+
 static void kernel_free(fj_context *ctx, void *value)
 {
+	host_value *v = value;
+	fj_host_jit *j = v->j;
+	pthread_mutex_lock(&j->lock);
+	LLVMErrorRef e = LLVMOrcResourceTrackerRemove(v->rt);
+	LLVMOrcReleaseResourceTracker(v->rt);
+	/* the removed symbols' names, unless another kernel still uses them */
+	LLVMOrcSymbolStringPoolClearDeadEntries(LLVMOrcExecutionSessionGetSymbolStringPool(
+		LLVMOrcLLJITGetExecutionSession(j->jit)));
+	pthread_mutex_unlock(&j->lock);
+	if (e) /* nothing to report it to (an eviction, or the context's end) */
+		LLVMConsumeError(e);
 	(void)ctx;
-	free(value);
+	free(v);
+}
+
+void fj_host_release_kernels(fj_context *ctx, fj_host_kernel *kernels, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		fj_kcache_release(ctx, kernels[i].entry);
+		kernels[i] = (fj_host_kernel){0};
+	}
 }
 
 /* Makes the kernel of entry e (symbol name) callable: its object goes into
@@ -397,25 +427,32 @@ static fj_status materialise(fj_host_jit *j, fj_kc_entry *e, const char *name)
 	fj_context *ctx = j->ctx;
 	if (!e->data || e->len < HOST_PAYLOAD_HEAD)
 		return fj_error_status(ctx, FJ_ERR_INTERNAL, (fj_loc){0}, "host JIT: a cached kernel has no object");
-	fj_host_kernel *k = malloc(sizeof *k);
-	if (!k)
+	host_value *v = calloc(1, sizeof *v);
+	if (!v)
 		return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
 	const unsigned char *p = e->data;
-	memcpy(&k->par_out, p, 4);
-	memcpy(&k->par_mask, p + 4, 4);
+	memcpy(&v->k.par_out, p, 4);
+	memcpy(&v->k.par_mask, p + 4, 4);
+	v->j = j;
 	LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(
 		(const char *)p + HOST_PAYLOAD_HEAD, e->len - HOST_PAYLOAD_HEAD, "fj_kernel.o");
-	LLVMErrorRef err = LLVMOrcLLJITAddObjectFile(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), buf);
+	LLVMOrcJITDylibRef dylib = LLVMOrcLLJITGetMainJITDylib(j->jit);
+	v->rt = LLVMOrcJITDylibCreateResourceTracker(dylib);
+	LLVMErrorRef err = LLVMOrcLLJITAddObjectFileWithRT(j->jit, v->rt, buf);
 	LLVMOrcExecutorAddress addr = 0;
 	if (!err)
 		err = LLVMOrcLLJITLookup(j->jit, &addr, name);
 	if (err) {
-		free(k);
+		LLVMErrorRef e2 = LLVMOrcResourceTrackerRemove(v->rt);
+		if (e2)
+			LLVMConsumeError(e2);
+		LLVMOrcReleaseResourceTracker(v->rt);
+		free(v);
 		return llvm_err(ctx, err, "adding a kernel's object");
 	}
-	k->fn = (fj_host_kernel_fn)(uintptr_t)addr;
+	v->k.fn = (fj_host_kernel_fn)(uintptr_t)addr;
 	e->value_free = kernel_free;
-	e->value = k;
+	e->value = v;
 	free(e->data);
 	e->data = NULL;
 	e->len = 0;
@@ -473,10 +510,18 @@ fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32
 		pthread_mutex_lock(&j->lock);
 		for (uint32_t i = 0; i < n && st == FJ_OK; i++) {
 			st = materialise(j, b.req[i].entry, b.name[i]);
-			if (st == FJ_OK)
-				out[i] = *(const fj_host_kernel *)b.req[i].entry->value;
+			if (st == FJ_OK) {
+				out[i] = ((const host_value *)b.req[i].entry->value)->k;
+				out[i].entry = b.req[i].entry; /* its reference, now out[i]'s */
+				b.req[i].entry = NULL;
+			}
 		}
 		pthread_mutex_unlock(&j->lock);
+		for (uint32_t i = 0; i < n && st != FJ_OK; i++) { /* a failure: every reference back */
+			fj_kcache_release(ctx, b.req[i].entry);
+			fj_kcache_release(ctx, out[i].entry);
+			out[i] = (fj_host_kernel){0};
+		}
 	}
 	fj_buf_free(&keys);
 	free(koff);

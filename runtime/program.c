@@ -275,8 +275,10 @@ void fj_rt_program_destroy(fj_rt_program *p)
 	}
 	fj_rt_binding_free(&p->bind);
 	fj_rt_plan_free(&p->plan);
-	if (p->kernels)
+	if (p->kernels) {
+		fj_host_release_kernels(ctx, p->kernels, p->nnodes);
 		FJ_RT_ARR_FREE(ctx, p->kernels, p->nnodes);
+	}
 	if (p->ptrs)
 		FJ_RT_ARR_FREE(ctx, p->ptrs, p->cap_ptrs);
 	if (p->argdims)
