@@ -24,6 +24,8 @@
  *     cache hits) every K runs; outputs alternate between the caller's
  *     buffers and library-owned ones. Every run must equal the first
  *     bit for bit, and every 1000th the aten result.
+ * (c) M/10 runs of a graph with a symbolic batch, its size changing every
+ *     run (per-shape state must not pile up), each against aten.
  *
  * The in-memory kernel cache is capped at C MiB (option kernel_cache_mb,
  * default 8 here) so that it evicts during (a); afterwards graph 0 is
@@ -32,15 +34,18 @@
  *
  * Resident memory (/proc/self/statm) and open file descriptors
  * (/proc/self/fd) are sampled. The run fails when, after the warm-up (the
- * first tenth of (a), at least 20 graphs; of (b), the first tenth of the
- * runs), RSS grows by more than the bound below, or when the fds open
- * after the warm-up or after destroying the context differ from before.
+ * first tenth of each phase; in (a) at least 20 graphs), RSS grows by more
+ * than the bound below, or when the fds open after the warm-up or after
+ * destroying the context differ from before.
  * Bounds: (a) C MiB (the cache cap, filled after the warm-up) + 48 MiB
  * (malloc's per-thread arenas and free lists, LLVM's per-compile
  * allocations returned to malloc but not to the OS, the JIT's code pages;
- * measured at about 10-20 MiB); (b) 16 MiB (no compiles: only
- * fragmentation). A leak of 1 KiB per graph or 200 bytes per run crosses
- * them in the full mode (scripts/soak.sh: 10,000 and 100,000).
+ * measured at about 10-20 MiB); (b) and (c) 16 MiB (no compiles: only
+ * fragmentation). In the full mode (scripts/soak.sh: 10,000 graphs,
+ * 100,000 runs) a leak of 7 KiB per graph or 200 bytes per run crosses
+ * them; the cache without a cap grew by about 40 KiB per graph. In the
+ * short mode the check that graph 0 was evicted catches an unbounded
+ * cache instead.
  * --no-rss-bounds prints the figures without judging them: under ASan,
  * whose quarantine keeps up to 256 MiB of freed memory resident by design
  * (the fds are still checked, and LeakSanitizer checks for leaks at exit).
@@ -581,6 +586,86 @@ static void repeat(fj_context *ctx)
 	fj_module_destroy(m);
 }
 
+/* ---- (c) one graph with a symbolic batch, its size changing ---- */
+
+static const char symbolic[] =
+	"graph @main(%x: f32[N,64], %w: f32[64,48], %b: f32[48]) {\n"
+	"  %h = aten.mm(%x, %w)\n"
+	"  %hb = aten.add(%h, %b)\n"
+	"  %g = aten.gelu(%hb) {approximate=\"tanh\"}\n"
+	"  %p = aten._softmax(%g) {dim=-1, half_to_float=false}\n"
+	"  %s = aten.sum(%p) {dims=[0]}\n"
+	"  return %p, %s\n"
+	"}\n";
+
+/* M/10 runs of a graph with a symbolic batch N, N changing every run (1 to
+ * 64): what a program keeps per shape (bound sizes, buffers, owned
+ * outputs) must not pile up. Each run against aten's. */
+static void resize(fj_context *ctx)
+{
+	static float x[64 * 64], w[64 * 48], b[48];
+	fj_module *m = NULL;
+	fj_program *p = NULL, *a = NULL;
+	if (fj_module_parse(ctx, symbolic, strlen(symbolic), "symbolic.fj", &m) != FJ_OK ||
+	    compile(ctx, m, FJ_EXECUTOR_HOST, false, &p) != FJ_OK || compile(ctx, m, FJ_EXECUTOR_ATEN, false, &a) != FJ_OK) {
+		FAIL("symbolic graph: %s", fj_context_error(ctx));
+		fj_program_destroy(p);
+		fj_module_destroy(m);
+		return;
+	}
+	rs = seed ^ 0x517e;
+	for (size_t k = 0; k < sizeof x / sizeof *x; k++)
+		x[k] = (float)unit();
+	for (size_t k = 0; k < sizeof w / sizeof *w; k++)
+		w[k] = (float)unit();
+	for (size_t k = 0; k < sizeof b / sizeof *b; k++)
+		b[k] = (float)unit();
+	fj_tensor in[3];
+	float *data[3] = {x, w, b};
+	const int64_t sizes[3][2] = {{64, 64}, {64, 48}, {48, 0}};
+	for (int k = 0; k < 3; k++) {
+		fj_tensor_init(&in[k]);
+		in[k].data = data[k];
+		in[k].dtype = FJ_TYPE_F32;
+		in[k].rank = k < 2 ? 2 : 1;
+		in[k].sizes[0] = sizes[k][0];
+		in[k].sizes[1] = sizes[k][1];
+	}
+	sampler s = {.peak = 0};
+	sample(&s, &s.start);
+	s.fd_start = fd_count();
+	long nruns = nrepeats / 10, warm = nruns / 10, runs = 0;
+	double t0 = now();
+	tensors ho = {.n = 0}, ao = {.n = 0};
+	for (long i = 0; i < nruns; i++) {
+		in[0].sizes[0] = 1 + (i * 37) % 64;
+		owned_outputs(p, FJ_ROLE_OUTPUT, &ho);
+		owned_outputs(a, FJ_ROLE_OUTPUT, &ao);
+		if (fj_program_run(p, in, 3, ho.t, ho.n) != FJ_OK || fj_program_run(a, in, 3, ao.t, ao.n) != FJ_OK) {
+			FAIL("symbolic graph: run %ld (N=%lld): %s", i, (long long)in[0].sizes[0], fj_context_error(ctx));
+			break;
+		}
+		runs += compare("symbolic output", i, &ho, &ao);
+		free_tensors(&ho);
+		free_tensors(&ao);
+		if (i + 1 == warm) {
+			sample(&s, &s.warm);
+			s.fd_warm = fd_count();
+		} else if (i % 64 == 0) {
+			sample(&s, NULL);
+		}
+	}
+	sample(&s, &s.end);
+	s.fd_end = fd_count();
+	print_figures("symbolic graph, N changing", &s, runs, now() - t0);
+	if (runs != nruns)
+		FAIL("symbolic graph: %ld of %ld runs matched", runs, nruns);
+	check_bounds("symbolic graph", &s, 16.0);
+	fj_program_destroy(p);
+	fj_program_destroy(a);
+	fj_module_destroy(m);
+}
+
 /* Graph 0 again, after (a): evicted from memory (and, disk off, compiled
  * by LLVM again), still right. */
 static void evicted(fj_context *ctx, bool disk)
@@ -638,6 +723,7 @@ static void soak(bool disk)
 	live_end(&l);
 	evicted(ctx, disk);
 	repeat(ctx);
+	resize(ctx);
 	fj_cache_stats cs;
 	fj_context_cache_stats(ctx, &cs);
 	printf("soak: %s: kernels compiled %llu, loaded %llu, memory hits %llu, disk hits %llu, stores %llu, "
@@ -684,7 +770,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (ndistinct < 1 || nrepeats < 10 || cache_mb < 1 ||
+	if (ndistinct < 1 || nrepeats < 100 || cache_mb < 1 ||
 	    (strcmp(disk, "off") && strcmp(disk, "on") && strcmp(disk, "both"))) {
 		fprintf(stderr, "fj-api-soak: bad arguments\n");
 		return 2;
