@@ -3,7 +3,7 @@
  *
  *   fj-api-soak [--distinct=N] [--repeats=M] [--recompile-every=K]
  *               [--disk=off|on|both] [--kernel-cache-mb=C] [--seed=S]
- *               [--no-rss-bounds] [-v]
+ *               [--threads=T] [--no-rss-bounds] [-v]
  *
  * Per disk-cache mode (off: no disk cache; on: a fresh temporary folder,
  * capped at 4 MiB so that its eviction runs too), in one fresh context:
@@ -26,6 +26,8 @@
  *     bit for bit, and every 1000th the aten result.
  * (c) M/10 runs of a graph with a symbolic batch, its size changing every
  *     run (per-shape state must not pile up), each against aten.
+ * (d) With --threads=T > 1: N more distinct graphs, T threads at once
+ *     (compiles, evictions and destroys racing; for ThreadSanitizer).
  *
  * The in-memory kernel cache is capped at C MiB (option kernel_cache_mb,
  * default 8 here) so that it evicts during (a); afterwards graph 0 is
@@ -34,7 +36,8 @@
  *
  * Resident memory (/proc/self/statm) and open file descriptors
  * (/proc/self/fd) are sampled. The run fails when, after the warm-up (the
- * first tenth of each phase; in (a) at least 20 graphs), RSS grows by more
+ * first tenth of each phase; in (a) at least 20 graphs, or half of
+ * fewer than 40), RSS grows by more
  * than the bound below, or when the fds open after the warm-up or after
  * destroying the context differ from before.
  * Bounds: (a) C MiB (the cache cap, filled after the warm-up) + 48 MiB
@@ -56,6 +59,8 @@
 #endif
 #include <dirent.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -68,7 +73,8 @@
 
 #include "fusejit/fusejit.h"
 
-static int fails, verbose, rss_bounds = 1;
+static atomic_int fails;
+static int verbose, rss_bounds = 1, nthreads = 1;
 static uint64_t seed = 1;
 static long ndistinct = 300, nrepeats = 3000, recompile_every = 100, cache_mb = 8;
 
@@ -81,7 +87,7 @@ static long ndistinct = 300, nrepeats = 3000, recompile_every = 100, cache_mb = 
 
 /* ---- random numbers ---- */
 
-static uint64_t rs;
+static _Thread_local uint64_t rs; /* per thread: (d) generates graphs on several */
 static uint64_t rnd(void) /* splitmix64 */
 {
 	uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
@@ -469,7 +475,8 @@ static void distinct(fj_context *ctx, live *l)
 	sampler s = {.peak = 0};
 	sample(&s, &s.start);
 	s.fd_start = fd_count();
-	long warm = ndistinct / 10 > 20 ? ndistinct / 10 : 20, graphs = 0, trained = 0, fresh = 0;
+	long warm = ndistinct / 10 >= 20 ? ndistinct / 10 : ndistinct >= 40 ? 20 : (ndistinct + 1) / 2;
+	long graphs = 0, trained = 0, fresh = 0;
 	double t0 = now();
 	text t;
 	for (long i = 0; i < ndistinct; i++) {
@@ -689,6 +696,55 @@ static void evicted(fj_context *ctx, bool disk)
 	fj_module_destroy(m);
 }
 
+/* ---- (d) several threads at once ---- */
+
+typedef struct worker {
+	fj_context *ctx;
+	int t;
+	long graphs;
+	pthread_t tid;
+} worker;
+
+static void *worker_main(void *arg)
+{
+	worker *w = arg;
+	text t;
+	for (long i = ndistinct + w->t; i < 2 * ndistinct; i += nthreads) {
+		bool training = false;
+		uint32_t compiled = 0;
+		fj_module *m = graph_module(w->ctx, i, &training, &t);
+		if (m && check_graph(w->ctx, m, i, training, &compiled))
+			w->graphs++;
+		fj_module_destroy(m);
+	}
+	return NULL;
+}
+
+/* N more distinct graphs compiled, run and checked by T threads in the one
+ * context (--threads=T): compiles, evictions and program destroys race on
+ * the kernel cache and the JIT (run it under ThreadSanitizer). */
+static void threaded(fj_context *ctx)
+{
+	worker w[64];
+	int n = nthreads < 64 ? nthreads : 64, started = 0;
+	double t0 = now();
+	for (int k = 0; k < n; k++) {
+		w[k] = (worker){ctx, k, 0, 0};
+		if (pthread_create(&w[k].tid, NULL, worker_main, &w[k]) != 0)
+			break;
+		started++;
+	}
+	long graphs = 0;
+	for (int k = 0; k < started; k++) {
+		pthread_join(w[k].tid, NULL);
+		graphs += w[k].graphs;
+	}
+	printf("soak: %d threads: %ld distinct graphs done in %.1f s; RSS %.1f MiB, fds %d\n", started, graphs,
+	       now() - t0, rss_mib(), fd_count());
+	if (started != n || graphs != ndistinct)
+		FAIL("%d threads: %ld of %ld graphs ran and matched", started, graphs, ndistinct);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb, (void)flag, (void)ftw;
@@ -724,6 +780,8 @@ static void soak(bool disk)
 	evicted(ctx, disk);
 	repeat(ctx);
 	resize(ctx);
+	if (nthreads > 1)
+		threaded(ctx);
 	fj_cache_stats cs;
 	fj_context_cache_stats(ctx, &cs);
 	printf("soak: %s: kernels compiled %llu, loaded %llu, memory hits %llu, disk hits %llu, stores %llu, "
@@ -762,15 +820,17 @@ int main(int argc, char **argv)
 			disk = a + 7;
 		else if (strcmp(a, "-v") == 0)
 			verbose = 1;
+		else if (strncmp(a, "--threads=", 10) == 0)
+			nthreads = atoi(a + 10);
 		else if (strcmp(a, "--no-rss-bounds") == 0)
 			rss_bounds = 0;
 		else {
 			fprintf(stderr, "usage: fj-api-soak [--distinct=N] [--repeats=M] [--recompile-every=K] "
-			                "[--disk=off|on|both] [--kernel-cache-mb=C] [--seed=S] [--no-rss-bounds] [-v]\n");
+			                "[--disk=off|on|both] [--kernel-cache-mb=C] [--seed=S] [--threads=T] [--no-rss-bounds] [-v]\n");
 			return 2;
 		}
 	}
-	if (ndistinct < 1 || nrepeats < 100 || cache_mb < 1 ||
+	if (ndistinct < 1 || nrepeats < 100 || nthreads < 1 || cache_mb < 1 ||
 	    (strcmp(disk, "off") && strcmp(disk, "on") && strcmp(disk, "both"))) {
 		fprintf(stderr, "fj-api-soak: bad arguments\n");
 		return 2;
