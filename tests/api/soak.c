@@ -172,7 +172,7 @@ static void gen_graph(long index, text *out, bool *training)
 	text params = {.n = 0}, body = {.n = 0};
 	put(&params, "graph @main(%%x: %s[%d,%d]", dt, r, c);
 	int v = 0, np = 0, nops = 2 + pick(6);
-	bool reduced = false;
+	bool reduced = false, column = false;
 	put(&body, "  %%v0 = aten.mul(%%x, %.6g)\n", 0.5 + (double)(index % 997) / 997.0);
 	for (int k = 0; k < nops; k++) {
 		int op = pick(10);
@@ -187,10 +187,12 @@ static void gen_graph(long index, text *out, bool *training)
 			static const char *const bin[] = {"aten.add", "aten.mul", "aten.maximum", "aten.sub"};
 			/* Not [r,1]: a row constant before a softmax or a row statistic
 			 * subtracted has a true gradient of 0, which the f64 check
-			 * does not judge (its rounding leftovers fail it). */
-			if (pick(2))
+			 * does not judge (its rounding leftovers fail it); nor a
+			 * transpose after a [c] one, which makes it a row constant. */
+			if (pick(2)) {
 				put(&params, ", %%p%d: %s[%d]", np, dt, c);
-			else
+				column = true;
+			} else
 				put(&params, ", %%p%d: %s[%d,%d]", np, dt, r, c);
 			put(&body, "  %%v%d = %s(%%v%d, %%p%d)\n", v + 1, bin[pick(4)], v, np++);
 		} else if (op == 5 && !reduced) { /* a row statistic, subtracted */
@@ -205,7 +207,7 @@ static void gen_graph(long index, text *out, bool *training)
 			put(&params, ", %%p%d: %s[%d,%d]", np, dt, c, c2);
 			put(&body, "  %%v%d = aten.mm(%%v%d, %%p%d)\n", v + 1, v, np++);
 			c = c2;
-		} else if (op == 8) {
+		} else if (op == 8 && !column) {
 			put(&body, "  %%v%d = aten.t(%%v%d)\n", v + 1, v);
 			int t = r;
 			r = c;
