@@ -389,15 +389,11 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
 	}
-	LLVMValueRef x = fn(r->cg, r->body, n, args, dt);
-	/* a division by a per-row value: allow its reciprocal to be hoisted */
-	if ((n->op == FJ_OP_PRIMS_DIV || n->op == FJ_OP_ATEN_DIV) && fj_dtype_is_float(dt) && n->nopnds == 2 &&
-	    LLVMIsAInstruction(x) && LLVMGetInstructionOpcode(x) == LLVMFDiv && n->opnds[1] != FJ_NOVAL) {
-		uint8_t c = r->a->vals[n->opnds[1]].cls;
-		if (c == FJ_RG_ROW || c == FJ_RG_REDUCTION)
-			LLVMSetFastMathFlags(x, LLVMFastMathAllowReciprocal);
-	}
-	return x;
+	/* Divisions stay divisions, also by a per-row value: a reciprocal hoisted
+	 * out of the row (x * (1/s)) may differ from x / s by an ulp, and a value
+	 * the backward recomputes must have the forward's bits (amax's gradient
+	 * compares it with the saved maximum: the soak's NaN gradients). */
+	return fn(r->cg, r->body, n, args, dt);
 }
 
 static LLVMValueRef eval_broadcast(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *p)
