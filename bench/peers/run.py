@@ -224,7 +224,7 @@ def torch_worker():
 def jax_worker():
     import jax
     import jax.numpy as jnp
-    keys = iter(jax.random.split(jax.random.PRNGKey(0), 64))
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4096))  # every input of every graph and pass
 
     def mk(shape, dtype=jnp.float32):
         return jax.random.uniform(next(keys), shape, jnp.float32, -1, 1).astype(dtype)
@@ -314,9 +314,12 @@ class Worker:
     def ask(self, peer, graph, ps, reps):
         if self.why:
             return {"skip": self.why}
-        self.p.stdin.write(json.dumps({"peer": peer, "graph": graph, "pass": ps, "reps": reps}) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
+        try:
+            self.p.stdin.write(json.dumps({"peer": peer, "graph": graph, "pass": ps, "reps": reps}) + "\n")
+            self.p.stdin.flush()
+            line = self.p.stdout.readline()
+        except OSError:  # it died between two questions (the kernel's OOM killer: see dmesg)
+            line = ""
         if not line:
             self.why = "%s worker died: %s" % (self.what, (self.p.stderr.read().strip().splitlines()
                                                            or ["exit %s" % self.p.wait()])[-1][:120])
@@ -325,7 +328,10 @@ class Worker:
 
     def close(self):
         if not self.why:
-            self.p.stdin.close()
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
             self.p.wait()
             self.why = "closed"
 

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "fusejit/fusejit.h"
+#include "../common/splitmix.h"
 
 static int fails, verbose;
 static int clean; /* this graph: well-formed calls only (so that graphs get built and run) */
@@ -41,13 +42,7 @@ static struct {
 	} while (0)
 
 static uint64_t rs, cur_seed;
-static uint64_t rnd(void) /* splitmix64 */
-{
-	uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fj_test_splitmix(&rs); }
 static int pick(int k) { return (int)(rnd() % (uint64_t)k); }
 static int chance(int pct) { return pick(100) < pct; }
 #define ANY(arr) (arr)[pick((int)(sizeof(arr) / sizeof(arr)[0]))]

@@ -72,6 +72,7 @@
 #include <unistd.h>
 
 #include "fusejit/fusejit.h"
+#include "../common/splitmix.h"
 
 static atomic_int fails;
 static int verbose, rss_bounds = 1, nthreads = 1;
@@ -88,13 +89,7 @@ static long ndistinct = 300, nrepeats = 3000, recompile_every = 100, cache_mb = 
 /* ---- random numbers ---- */
 
 static _Thread_local uint64_t rs; /* per thread: (d) generates graphs on several */
-static uint64_t rnd(void) /* splitmix64 */
-{
-	uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fj_test_splitmix(&rs); }
 static int pick(int k) { return (int)(rnd() % (uint64_t)k); }
 static double unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
 
@@ -143,6 +138,18 @@ static void sample(sampler *s, double *at)
 		s->peak = r;
 	if (at)
 		*at = r;
+}
+
+/* After iteration i of a phase: the warm-up figures (RSS, fds) at the
+ * warm-up's last one, else RSS every `every` iterations (the peak). */
+static void sample_after(sampler *s, long i, long warm, long every)
+{
+	if (i + 1 == warm) {
+		sample(s, &s->warm);
+		s->fd_warm = fd_count();
+	} else if (i % every == 0) {
+		sample(s, NULL);
+	}
 }
 
 /* ---- graphs ---- */
@@ -326,6 +333,22 @@ static fj_status compile(fj_context *ctx, const fj_module *m, fj_executor ex, bo
 	return fj_compile(ctx, m, &o, p);
 }
 
+/* Parses text and compiles it for host (*p) and aten (*a); false (with a
+ * failure recorded) when any step fails, nothing left to free then. */
+static bool open_pair(fj_context *ctx, const char *text, const char *file, fj_module **m, fj_program **p,
+                      fj_program **a)
+{
+	*m = NULL;
+	*p = *a = NULL;
+	if (fj_module_parse(ctx, text, strlen(text), file, m) == FJ_OK &&
+	    compile(ctx, *m, FJ_EXECUTOR_HOST, false, p) == FJ_OK && compile(ctx, *m, FJ_EXECUTOR_ATEN, false, a) == FJ_OK)
+		return true;
+	FAIL("%s: %s", file, fj_context_error(ctx));
+	fj_program_destroy(*p);
+	fj_module_destroy(*m);
+	return false;
+}
+
 /* Runs m on host (forward, and backward when training) and compares with
  * the f64 reference on the same inputs and tangents. */
 static bool check_graph(fj_context *ctx, const fj_module *m, long index, bool training, uint32_t *compiled)
@@ -495,12 +518,7 @@ static void distinct(fj_context *ctx, live *l)
 		fj_module_destroy(m);
 		if (i % 25 == 24)
 			live_check(ctx, l, i);
-		if (i + 1 == warm) {
-			sample(&s, &s.warm);
-			s.fd_warm = fd_count();
-		} else if (i % 16 == 0) {
-			sample(&s, NULL);
-		}
+		sample_after(&s, i, warm, 16);
 		if (verbose && (i + 1) % (ndistinct / 10 > 0 ? ndistinct / 10 : 1) == 0)
 			printf("soak: distinct %ld: RSS %.1f MiB, fds %d\n", i + 1, rss_mib(), fd_count());
 	}
@@ -520,15 +538,10 @@ static void distinct(fj_context *ctx, live *l)
 
 static void repeat(fj_context *ctx)
 {
-	fj_module *m = NULL;
-	fj_program *p = NULL, *a = NULL;
-	if (fj_module_parse(ctx, repeated, strlen(repeated), "repeated.fj", &m) != FJ_OK ||
-	    compile(ctx, m, FJ_EXECUTOR_HOST, false, &p) != FJ_OK || compile(ctx, m, FJ_EXECUTOR_ATEN, false, &a) != FJ_OK) {
-		FAIL("repeated graph: %s", fj_context_error(ctx));
-		fj_program_destroy(p);
-		fj_module_destroy(m);
+	fj_module *m;
+	fj_program *p, *a;
+	if (!open_pair(ctx, repeated, "repeated.fj", &m, &p, &a))
 		return;
-	}
 	rs = seed ^ 0x5eed;
 	tensors in = {.n = 0}, ref = {.n = 0}, first = {.n = 0}, mine = {.n = 0}, owned = {.n = 0};
 	make_inputs(p, FJ_ROLE_INPUT, &in);
@@ -570,12 +583,7 @@ static void repeat(fj_context *ctx)
 			compare("output", i, out, &ref);
 		if (i % 2 == 0 && i % 3 == 0) /* release the owned outputs now and then */
 			free_tensors(&owned), owned_outputs(p, FJ_ROLE_OUTPUT, &owned);
-		if (i + 1 == warm) {
-			sample(&s, &s.warm);
-			s.fd_warm = fd_count();
-		} else if (i % 64 == 0) {
-			sample(&s, NULL);
-		}
+		sample_after(&s, i, warm, 64);
 	}
 	sample(&s, &s.end);
 	s.fd_end = fd_count();
@@ -613,15 +621,10 @@ static const char symbolic[] =
 static void resize(fj_context *ctx)
 {
 	static float x[64 * 64], w[64 * 48], b[48];
-	fj_module *m = NULL;
-	fj_program *p = NULL, *a = NULL;
-	if (fj_module_parse(ctx, symbolic, strlen(symbolic), "symbolic.fj", &m) != FJ_OK ||
-	    compile(ctx, m, FJ_EXECUTOR_HOST, false, &p) != FJ_OK || compile(ctx, m, FJ_EXECUTOR_ATEN, false, &a) != FJ_OK) {
-		FAIL("symbolic graph: %s", fj_context_error(ctx));
-		fj_program_destroy(p);
-		fj_module_destroy(m);
+	fj_module *m;
+	fj_program *p, *a;
+	if (!open_pair(ctx, symbolic, "symbolic.fj", &m, &p, &a))
 		return;
-	}
 	rs = seed ^ 0x517e;
 	for (size_t k = 0; k < sizeof x / sizeof *x; k++)
 		x[k] = (float)unit();
@@ -657,12 +660,7 @@ static void resize(fj_context *ctx)
 		runs += compare("symbolic output", i, &ho, &ao);
 		free_tensors(&ho);
 		free_tensors(&ao);
-		if (i + 1 == warm) {
-			sample(&s, &s.warm);
-			s.fd_warm = fd_count();
-		} else if (i % 64 == 0) {
-			sample(&s, NULL);
-		}
+		sample_after(&s, i, warm, 64);
 	}
 	sample(&s, &s.end);
 	s.fd_end = fd_count();
