@@ -308,7 +308,9 @@ static LLVMModuleRef new_module(fj_host_jit *j, LLVMContextRef llctx, LLVMTarget
 	return mod;
 }
 
-static fj_status verify_and_optimise(fj_context *ctx, LLVMTargetMachineRef tm, LLVMModuleRef mod)
+/* Verifies mod, gives its functions the JIT's vector width and optimises it. */
+static fj_status verify_and_optimise(const fj_host_jit *j, fj_context *ctx, LLVMTargetMachineRef tm,
+                                     LLVMModuleRef mod)
 {
 	char *msg = NULL;
 	if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
@@ -318,6 +320,7 @@ static fj_status verify_and_optimise(fj_context *ctx, LLVMTargetMachineRef tm, L
 		return st;
 	}
 	LLVMDisposeMessage(msg);
+	set_vector_width(j, mod);
 	LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
 	/* Vectorize, but do not interleave (unroll) vector loops: it halves the
 	 * machine code and the compile time; these kernels are memory-bound. */
@@ -357,9 +360,8 @@ static fj_status compile_one(void *arg, fj_context *dctx, uint32_t i, void **dat
 	uint32_t po = 0, pm = 0;
 	fj_status st = fj_cg_emit_node_kernel(&cg, b->g, b->nodes[i], b->name[i], &po, &pm);
 	fj_cg_dispose(&cg);
-	set_vector_width(j, mod);
 	if (st == FJ_OK)
-		st = verify_and_optimise(dctx, tm, mod);
+		st = verify_and_optimise(j, dctx, tm, mod);
 	LLVMMemoryBufferRef obj = NULL;
 	char *err = NULL;
 	if (st == FJ_OK && LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &err, &obj)) {
@@ -507,20 +509,20 @@ fj_status fj_host_compile_nodes(fj_context *ctx, const fj_graph *g, const uint32
 	if (st == FJ_OK)
 		st = fj_kcache_get(ctx, "host", j->target_desc, b.req, n, compile_one, &b, compiled);
 	if (st == FJ_OK) {
+		uint32_t done = 0; /* out[0..done) hold their entries' references */
 		pthread_mutex_lock(&j->lock);
-		for (uint32_t i = 0; i < n && st == FJ_OK; i++) {
-			st = materialise(j, b.req[i].entry, b.name[i]);
-			if (st == FJ_OK) {
-				out[i] = ((const host_value *)b.req[i].entry->value)->k;
-				out[i].entry = b.req[i].entry; /* its reference, now out[i]'s */
-				b.req[i].entry = NULL;
-			}
+		for (; done < n && (st = materialise(j, b.req[done].entry, b.name[done])) == FJ_OK; done++) {
+			out[done] = ((const host_value *)b.req[done].entry->value)->k;
+			out[done].entry = b.req[done].entry; /* its reference, now out[done]'s */
+			b.req[done].entry = NULL;
 		}
 		pthread_mutex_unlock(&j->lock);
-		for (uint32_t i = 0; i < n && st != FJ_OK; i++) { /* a failure: every reference back */
-			fj_kcache_release(ctx, b.req[i].entry);
-			fj_kcache_release(ctx, out[i].entry);
-			out[i] = (fj_host_kernel){0};
+		if (st != FJ_OK) { /* every reference back; out[done..n) were never written: cleared */
+			fj_host_release_kernels(ctx, out, done);
+			for (uint32_t i = done; i < n; i++) {
+				fj_kcache_release(ctx, b.req[i].entry);
+				out[i] = (fj_host_kernel){0};
+			}
 		}
 	}
 	fj_buf_free(&keys);
@@ -550,9 +552,8 @@ fj_status fj_host_emit_llvm(fj_context *ctx, const fj_graph *g, fj_buf *b)
 		st = fj_cg_emit_node_kernel(&cg, g, i, name, &po, &pm);
 	}
 	fj_cg_dispose(&cg);
-	set_vector_width(j, mod);
 	if (st == FJ_OK)
-		st = verify_and_optimise(ctx, j->tm, mod);
+		st = verify_and_optimise(j, ctx, j->tm, mod);
 	if (st == FJ_OK) {
 		char *s = LLVMPrintModuleToString(mod);
 		fj_buf_puts(b, s);
