@@ -941,17 +941,24 @@ def copy(conv, n, b):
     return e.lines
 
 
-def _out_type(n, what):
-    from .fx import UnsupportedOp, meta_type
-    t = meta_type(n)
+def _result_type(n, k=None):
+    """(dtype, shape) of node n's result (or of its k-th result) from its meta; the
+    rules of every decomp module read their results' types through it."""
+    from .fx import UnsupportedOp, meta_type, meta_values
+    if k is None:
+        t = meta_type(n)
+    else:
+        vals = meta_values(n)
+        v = vals[k] if k < len(vals) else None
+        t = (v.dtype, tuple(v.shape)) if hasattr(v, "dtype") else None
     if t is None:
-        raise UnsupportedOp(["%s of unknown type" % what])
+        raise UnsupportedOp(["%s: a result of unknown dtype or shape" % n.target])
     return t
 
 
 def angle(conv, n, b):
     """angle of a real tensor: pi where x < 0, else 0; NaN stays NaN."""
-    dt, _ = _out_type(n, "an angle")
+    dt, _ = _result_type(n)
     e = _Emit(conv, n)
     x = e.op("aten._to_copy", [conv.operand(b["self"], "aten.angle")], {"dtype": dt})
     a = e.op("aten.where", [e.op("aten.lt", [x, "0"]), fmt_number(math.pi), "0.0"])
@@ -962,7 +969,7 @@ def angle(conv, n, b):
 
 def linalg_cross(conv, n, b):
     """The cross product along dim (size 3): a1*b2 - a2*b1, a2*b0 - a0*b2, a0*b1 - a1*b0."""
-    dt, shape = _out_type(n, "a cross product")
+    dt, shape = _result_type(n)
     d = _dim(b.get("dim", -1), len(shape))
     e = _Emit(conv, n)
     xs = [e.op("aten.expand", [conv.operand(b[k], "aten.linalg_cross")], {"size": list(shape)})

@@ -18,6 +18,7 @@ import operator
 import torch
 
 from .decomp import _Emit, _Plain, _dim, _shape, fmt_number
+from .decomp import _result_type as _out
 
 RULES = {}
 
@@ -106,14 +107,6 @@ class _E(_Emit):
         v = self.cast(v, t[0])
         self.conv.names[self.n] = self.op("aten.reshape", [v], {"shape": list(t[1])}, out="%" + self.n.name)
         return self.lines
-
-
-def _out(n):
-    from .fx import meta_type
-    t = meta_type(n)
-    if t is None:
-        raise _unsupported("a result of unknown shape")
-    return t
 
 
 def _idx_dtype(conv, v):

@@ -8,6 +8,7 @@ import math
 import torch
 
 from .decomp import _Emit, _dim, _shape, linalg_vector_norm
+from .decomp import _result_type as _out
 
 
 def _fx():
@@ -17,19 +18,6 @@ def _fx():
 
 def _unsupported(why):
     return _fx().UnsupportedOp([why])
-
-
-def _out(n, k=None):
-    """(dtype, shape) of node n's result (or of its k-th result) from its meta."""
-    if k is None:
-        t = _fx().meta_type(n)
-    else:
-        vals = _fx().meta_values(n)
-        v = vals[k] if k < len(vals) else None
-        t = (v.dtype, tuple(v.shape)) if hasattr(v, "dtype") else None
-    if t is None:
-        raise _unsupported("%s: a result of unknown dtype or shape" % n.target)
-    return t
 
 
 def _num(v, dt):
