@@ -145,7 +145,8 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
  * around the memory access, for templates that load or store vectors. */
 LLVMValueRef fj_cg_from_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
 LLVMValueRef fj_cg_to_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
-/* A hint: fetch the cache line of t's element at `offset` for reading. */
+/* A hint: fetch the cache line of t's element at `offset` for reading (any
+ * offset, even past t: a prefetch never faults). */
 void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);

@@ -65,6 +65,49 @@ static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, LLVMVal
 	fj_cg_set(cg, nan, LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, nan, cg->t_i8), ""));
 }
 
+/* ---- prefetching the next row ----
+ * A row kernel's first pass streams the row in from memory; its later
+ * passes (softmax's exp and sum, the output pass) work on the row in cache
+ * while the memory bus idles, and the hardware prefetchers, which follow the
+ * first pass's stream only a few lines ahead, do not fill that gap. So the
+ * passes after the one that read the row (the later reduction passes, else
+ * the output pass) prefetch the next row of every input of D's shape, block
+ * by block (KBLOCK elements) through their own blocks: the next row's first
+ * pass then finds it in cache (softmax forward on [8192,4096] f32, Zen 4, 2
+ * threads: from 0.69 to 0.87 of the same-run memcpy). Rows must be
+ * contiguous: K is D's innermost dim alone. */
+static bool row_prefetch(hctx *h)
+{
+	int dr = h->a->dom->rank;
+	return dr >= 2 && h->a->kmask == 1u << (dr - 1);
+}
+
+/* Prefetches elements [k0, k1) of the next row of every input that has D's
+ * shape, one prefetch per 64-byte line (the last row's next row lies past
+ * the input: a prefetch never faults). */
+static void prefetch_next_row(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0, LLVMValueRef k1)
+{
+	const fj_rg_analysis *a = h->a;
+	int dr = a->dom->rank;
+	if (!row_prefetch(h))
+		return;
+	for (uint32_t i = 0; i < h->body->nparams; i++) {
+		const fj_cg_operand *o = &h->in[i];
+		if (o->none || o->literal || !fj_type_same_dims(&h->body->values[h->body->params[i]].type, a->dom))
+			continue;
+		int64_t per = 64 / (int64_t)fj_dtype_size(o->t.dtype);
+		LLVMValueRef at[FJ_MAX_RANK];
+		memcpy(at, idx, sizeof at);
+		at[dr - 1] = k0;
+		LLVMValueRef base = LLVMBuildNSWAdd(BB, fj_cg_offset(h->cg, &o->t, at), o->t.stride[dr - 2], "");
+		fj_cg_loop l;
+		fj_cg_loop_begin(h->cg, &l, c64(h, 0), LLVMBuildNSWSub(BB, k1, k0, ""), "pf");
+		l.step = c64(h, per);
+		fj_cg_prefetch(h->cg, &o->t, LLVMBuildNSWAdd(BB, base, l.iv, ""));
+		fj_cg_loop_end(h->cg, &l);
+	}
+}
+
 /* Opens the loops of reduction pass ph (after set_shifts). accs[i] of the
  * phase are stepped through kb_step(). */
 static void kblock_begin(hctx *h, kblock *kb, fj_rg_acc *accs, int ph, LLVMValueRef *idx)
@@ -99,6 +142,8 @@ static void kblock_begin(hctx *h, kblock *kb, fj_rg_acc *accs, int ph, LLVMValue
 				kb->blk[j].shift = kb->blk[j].kind == FJ_RG_RED_VAR_MEAN && accs[kb->which[j]].shift
 				                   ? LLVMBuildFPTrunc(BB, accs[kb->which[j]].shift, h->cg->t_f32, "") : NULL;
 			LLVMValueRef end = imin(h, LLVMBuildNSWAdd(BB, kb->bl.iv, c64(h, KBLOCK), ""), n);
+			if (ph > 0)
+				prefetch_next_row(h, idx, kb->bl.iv, end);
 			fj_cg_loop_begin(h->cg, &kn->l[kn->n], kb->bl.iv, end, "k");
 		} else {
 			fj_cg_loop_begin(h->cg, &kn->l[kn->n], c64(h, 0), n, "k");
@@ -415,6 +460,13 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValu
 	}
 }
 
+/* Does the output pass prefetch the next row? When no later reduction pass
+ * did (see row_prefetch). */
+static bool output_prefetch(hctx *h)
+{
+	return h->a->nphases == 1 && row_prefetch(h);
+}
+
 static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, const LLVMValueRef *off,
                         LLVMValueRef lo, LLVMValueRef hi)
 {
@@ -431,8 +483,17 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
 	}
 	knest kn;
-	fj_cg_loop l;
-	if (nt) {
+	fj_cg_loop l, bl;
+	bool blocks = !nt && output_prefetch(h);
+	if (blocks) { /* the row in blocks, each prefetching the next row's */
+		LLVMValueRef n = fj_rg_dim(r, h->a->dom_v, dr - 1);
+		fj_cg_loop_begin(h->cg, &bl, c64(h, 0), n, "ob");
+		bl.step = c64(h, KBLOCK);
+		lo = bl.iv;
+		hi = imin(h, LLVMBuildNSWAdd(BB, bl.iv, c64(h, KBLOCK), ""), n);
+		prefetch_next_row(h, idx, lo, hi);
+	}
+	if (nt || blocks) {
 		fj_cg_loop_begin(h->cg, &l, lo, hi, "k");
 		idx[dr - 1] = l.iv;
 	} else {
@@ -445,9 +506,11 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	fj_rh_store_outputs(h, OUT_D, &p);
 	fj_rh_col_accumulate(h, &p, idx);
 	fj_rg_scope_pop(r);
-	if (nt) {
+	if (nt || blocks) {
 		fj_cg_loop_end(h->cg, &l);
 		fj_rh_vector_width(h, &l, 0);
+		if (blocks)
+			fj_cg_loop_end(h->cg, &bl);
 	} else {
 		fj_rh_knest_end(h, &kn, true);
 	}
@@ -468,6 +531,8 @@ static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const
 	LLVMValueRef off[MAXNT];
 	for (int i = 0; i < nt->n; i++)
 		off[i] = row_offset(h, &h->out[nt->out[i]], idx, lc.iv);
+	if (output_prefetch(h))
+		prefetch_next_row(h, idx, lc.iv, hi);
 	output_pass(h, rc, idx, nt, off, lc.iv, hi);
 	nt_copy(h, nt, off, lc.iv, hi);
 	fj_cg_loop_end(h->cg, &lc);
