@@ -13,6 +13,8 @@ typedef struct bench_req {
 	fj_context *ctx;
 	int reps; /* the caller's, 0: timed */
 	fj_bench_result *r;
+	uint32_t inplace_from; /* results from here on that are parameters stay in their
+	                          inputs' memory (saved_inputs_in_place); UINT32_MAX: none */
 } bench_req;
 
 static fj_status bench_fn(void *ud, const fj_api_inst *i)
@@ -25,6 +27,11 @@ static fj_status bench_fn(void *ud, const fj_api_inst *i)
 	fj_rt_tensor *out = calloc(nr, sizeof *out);
 	if (!out)
 		return fj_error_status(q->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
+	for (uint32_t k = q->inplace_from; k < i->g->nresults; k++) {
+		const fj_value *val = &i->g->values[i->g->results[k]];
+		if (val->kind == FJ_VK_PARAM)
+			out[k] = *i->in[val->def];
+	}
 	fj_rt_bench b;
 	st = fj_rt_exec_bench(i->rt, i->in, out, q->reps, &b);
 	if (st == FJ_OK) {
@@ -34,7 +41,8 @@ static fj_status bench_fn(void *ud, const fj_api_inst *i)
 		q->r->bytes = b.bytes;
 	}
 	for (uint32_t k = 0; k < i->g->nresults; k++)
-		fj_rt_tensor_free(&out[k]);
+		if (k < q->inplace_from || i->g->values[i->g->results[k]].kind != FJ_VK_PARAM)
+			fj_rt_tensor_free(&out[k]);
 	free(out);
 	return st;
 }
@@ -62,9 +70,16 @@ fj_status fj_program_bench(fj_program *p, const fj_bench_options *o, const fj_te
 		in[k] = &inputs[k];
 	fj_bench_result r;
 	fj_bench_result_init(&r);
-	bench_req q = {ctx, opts.reps, &r};
+	fj_run_options ro;
+	fj_status st = fj_api_run_options(ctx, opts.run, &ro);
+	if (st != FJ_OK) {
+		free(in);
+		return st;
+	}
+	bool inplace = !opts.backward && ro.saved_inputs_in_place && fj_program_executor(p) != FJ_EXECUTOR_NVPTX;
+	bench_req q = {ctx, opts.reps, &r, inplace ? (uint32_t)fj_program_count(p, FJ_ROLE_OUTPUT) : UINT32_MAX};
 	fj_api_use u = {opts.backward != 0, opts.saved, in, ninputs, opts.run, false};
-	fj_status st = fj_api_program_with(p, &u, bench_fn, &q);
+	st = fj_api_program_with(p, &u, bench_fn, &q);
 	free(in);
 	if (st == FJ_OK)
 		fj_api_copy_out(out, &r, sizeof r);

@@ -110,6 +110,7 @@ struct fj_saved {
 	const char **names;
 	int64_t *syms;   /* per symbol of p->m: the size the forward bound, or -1 */
 	uint32_t nsyms;
+	bool *borrowed;  /* per saved value: the caller's input itself (saved_inputs_in_place), not ours to free */
 };
 
 static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
@@ -598,6 +599,7 @@ typedef struct out_slot {
 	fj_rt_tensor rt;
 	bool scatter;       /* computed into a temporary, copied out to user */
 	bool device;        /* no user: kept in device memory (rt.data: the address), allocated by the run */
+	bool borrowed;      /* no user: rt is a parameter's own input memory (saved_inputs_in_place) */
 } out_slot;
 
 /* What a graph's run is told besides its tensors. */
@@ -898,6 +900,7 @@ typedef struct run_scratch {
 	size_t ndims, dims_cap;
 	void *stream;          /* the run options' stream */
 	bool saved_dev;        /* the run options' saved_on_device */
+	bool saved_inplace;    /* the run options' saved_inputs_in_place */
 } run_scratch;
 
 static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *r)
@@ -913,7 +916,7 @@ static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *
 	r->dims = NULL;
 	r->ndims = r->dims_cap = 0;
 	r->stream = NULL;
-	r->saved_dev = false;
+	r->saved_dev = r->saved_inplace = false;
 	fj_status st = r->rin && r->pin && r->tmp && r->dev && r->slots && r->origin ? FJ_OK : oom(ctx);
 	if (r->origin)
 		memset(r->origin, 0, r->np * sizeof *r->origin);
@@ -951,6 +954,7 @@ static fj_status scratch_options(fj_context *ctx, const fj_run_options *ro, size
 		r->origin[off + k] = o.origins[k];
 	r->stream = o.stream;
 	r->saved_dev = o.saved_on_device != 0;
+	r->saved_inplace = o.saved_inputs_in_place != 0;
 	if (st != FJ_OK || !o.ndims)
 		return st;
 	if (!o.dim_names || !o.dim_values)
@@ -1035,6 +1039,22 @@ static void drop_device_slots(fj_program *p, const fj_graph *g, out_slot *slots,
 	leave_device(p, held);
 }
 
+/* saved_inputs_in_place: each saved value that is a parameter whose input
+ * the run reads in place (a dense host tensor of the graph's dtype, no
+ * converted copy) starts as that input's memory; the runtime, finding a
+ * result that is a parameter already in its input's memory, copies nothing
+ * (runtime/program.c). */
+static void borrow_inputs(const fj_program *p, const fj_graph *g, run_scratch *r)
+{
+	for (uint32_t k = p->nout; k < g->nresults; k++) {
+		const fj_value *val = &g->values[g->results[k]];
+		if (val->kind != FJ_VK_PARAM || r->tmp[val->def] || r->dev[val->def] || !r->rin[val->def].data)
+			continue;
+		r->slots[k].rt = r->rin[val->def];
+		r->slots[k].borrowed = true;
+	}
+}
+
 static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_tensor *inputs, size_t ninputs,
                              fj_tensor *outputs, size_t noutputs, fj_saved **saved)
 {
@@ -1065,6 +1085,8 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
 	bool on_dev = saved && r.saved_dev && p->ex == FJ_EXECUTOR_NVPTX;
+	if (st == FJ_OK && saved && r.saved_inplace && p->ex != FJ_EXECUTOR_NVPTX)
+		borrow_inputs(p, g, &r);
 	for (uint32_t k = p->nout; st == FJ_OK && on_dev && k < g->nresults; k++)
 		slots[k].device = true;
 	saved_fence *fence = on_dev ? fj_alloc(ctx, sizeof *fence) : NULL;
@@ -1084,10 +1106,12 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 		s = fj_alloc(ctx, sizeof *s);
 		fj_rt_tensor *t = fj_alloc(ctx, (p->nsaved ? p->nsaved : 1) * sizeof *t);
 		const char **names = fj_alloc(ctx, (p->nsaved ? p->nsaved : 1) * sizeof *names);
-		if (!s || !t || !names) {
+		bool *borrowed = fj_alloc(ctx, (p->nsaved ? p->nsaved : 1) * sizeof *borrowed);
+		if (!s || !t || !names || !borrowed) {
 			fj_free(ctx, s, sizeof *s);
 			fj_free(ctx, t, (p->nsaved ? p->nsaved : 1) * sizeof *t);
 			fj_free(ctx, names, (p->nsaved ? p->nsaved : 1) * sizeof *names);
+			fj_free(ctx, borrowed, (p->nsaved ? p->nsaved : 1) * sizeof *borrowed);
 			s = NULL;
 			st = oom(ctx);
 		} else {
@@ -1095,6 +1119,7 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 			s->n = p->nsaved;
 			s->t = t;
 			s->names = names;
+			s->borrowed = borrowed;
 			s->syms = syms;
 			s->nsyms = nsyms;
 			s->on_device = on_dev;
@@ -1103,7 +1128,9 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 			fence = NULL;
 			for (uint32_t k = 0; k < p->nsaved; k++) {
 				t[k] = slots[p->nout + k].rt;
+				s->borrowed[k] = slots[p->nout + k].borrowed;
 				slots[p->nout + k].rt.data = NULL;
+				slots[p->nout + k].borrowed = false;
 				names[k] = p->info[FJ_ROLE_SAVED][k].name;
 			}
 		}
@@ -1111,7 +1138,8 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 	if (on_dev && !s && slots)
 		drop_device_slots(p, g, slots, fence);
 	for (uint32_t k = p->nout; slots && !on_dev && k < g->nresults; k++)
-		fj_rt_tensor_free(&slots[k].rt);
+		if (!slots[k].borrowed)
+			fj_rt_tensor_free(&slots[k].rt);
 	if (syms)
 		fj_free(ctx, syms, (nsyms ? nsyms : 1) * sizeof *syms);
 	if (fence) /* not handed over: a failed forward */
@@ -1252,9 +1280,11 @@ void fj_saved_destroy(fj_saved *s)
 		destroy_fence(s->p, s->fence);
 	}
 	for (uint32_t k = 0; k < s->n && !s->on_device; k++)
-		fj_rt_tensor_free(&s->t[k]);
+		if (!s->borrowed[k])
+			fj_rt_tensor_free(&s->t[k]);
 	fj_free(ctx, s->t, n * sizeof *s->t);
 	fj_free(ctx, s->names, n * sizeof *s->names);
+	fj_free(ctx, s->borrowed, n * sizeof *s->borrowed);
 	if (s->syms)
 		fj_free(ctx, s->syms, (s->nsyms ? s->nsyms : 1) * sizeof *s->syms);
 	fj_free(ctx, s, sizeof *s);

@@ -126,8 +126,11 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 		return st;
 	for (uint32_t i = 0; i < g->nparams; i++) /* the outputs exist now */
 		br->bytes += inputs[i]->nbytes;
-	for (uint32_t k = 0; k < g->nresults; k++)
-		br->bytes += outputs[k].nbytes;
+	for (uint32_t k = 0; k < g->nresults; k++) {
+		const fj_value *val = &g->values[g->results[k]];
+		if (val->kind != FJ_VK_PARAM || outputs[k].data != inputs[val->def]->data) /* else: in place */
+			br->bytes += outputs[k].nbytes;
+	}
 	double one = (now_ms() - t0) / warm;
 	int reps = one > 0 ? (int)(500.0 / one) : 1000;
 	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;

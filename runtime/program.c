@@ -562,9 +562,10 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 		const fj_value *val = &g->values[v];
 		if (val->kind == FJ_VK_LITERAL)
 			store_literal(&outputs[k], &val->lit);
-		else if (val->kind == FJ_VK_PARAM)
-			memcpy(outputs[k].data, inputs[val->def]->data, outputs[k].nbytes);
-		else if (p->plan.out_pos[v] != (int32_t)k)
+		else if (val->kind == FJ_VK_PARAM) {
+			if (outputs[k].data != inputs[val->def]->data) /* else: in place already */
+				memcpy(outputs[k].data, inputs[val->def]->data, outputs[k].nbytes);
+		} else if (p->plan.out_pos[v] != (int32_t)k)
 			memcpy(outputs[k].data, outputs[p->plan.out_pos[v]].data, outputs[k].nbytes);
 	}
 	return FJ_OK;
