@@ -13,9 +13,41 @@ typedef struct bench_req {
 	fj_context *ctx;
 	int reps; /* the caller's, 0: timed */
 	fj_bench_result *r;
-	uint32_t inplace_from; /* results from here on that are parameters stay in their
-	                          inputs' memory (saved_inputs_in_place); UINT32_MAX: none */
+	uint32_t inplace_from; /* results from here on (the saved values) share the memory of the
+	                          input or output they equal (saved_in_place); UINT32_MAX: none */
 } bench_req;
+
+/* saved_in_place (results from q->inplace_from on): a saved result that is
+ * a parameter is its input's memory, one that is also an output (an earlier
+ * result) that output's; shared[k] says so (the run copies nothing there,
+ * and these are not ours to free). */
+static fj_status share_saved(bench_req *q, const fj_api_inst *i, fj_rt_tensor *out, bool *shared)
+{
+	const fj_graph *g = i->g;
+	for (uint32_t k = q->inplace_from; k < g->nresults; k++) {
+		const fj_value *val = &g->values[g->results[k]];
+		if (val->kind == FJ_VK_PARAM) {
+			out[k] = *i->in[val->def];
+			shared[k] = true;
+			continue;
+		}
+		for (uint32_t j = 0; j < q->inplace_from && val->kind != FJ_VK_LITERAL; j++) {
+			if (g->results[j] != g->results[k])
+				continue;
+			fj_status st = out[j].data ? FJ_OK
+			               : fj_rt_tensor_reshape(q->ctx, &out[j], val->type.dtype, val->type.rank,
+			                                      fj_rt_exec_value_dims(i->rt, g->results[j]));
+			if (st != FJ_OK)
+				return st;
+			if (out[j].data) {
+				out[k] = out[j];
+				shared[k] = true;
+			}
+			break;
+		}
+	}
+	return FJ_OK;
+}
 
 static fj_status bench_fn(void *ud, const fj_api_inst *i)
 {
@@ -25,15 +57,16 @@ static fj_status bench_fn(void *ud, const fj_api_inst *i)
 		return st;
 	uint32_t nr = i->g->nresults ? i->g->nresults : 1;
 	fj_rt_tensor *out = calloc(nr, sizeof *out);
-	if (!out)
+	bool *shared = calloc(nr, sizeof *shared);
+	if (!out || !shared) {
+		free(out);
+		free(shared);
 		return fj_error_status(q->ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory");
-	for (uint32_t k = q->inplace_from; k < i->g->nresults; k++) {
-		const fj_value *val = &i->g->values[i->g->results[k]];
-		if (val->kind == FJ_VK_PARAM)
-			out[k] = *i->in[val->def];
 	}
+	st = share_saved(q, i, out, shared);
 	fj_rt_bench b;
-	st = fj_rt_exec_bench(i->rt, i->in, out, q->reps, &b);
+	if (st == FJ_OK)
+		st = fj_rt_exec_bench(i->rt, i->in, out, q->reps, &b);
 	if (st == FJ_OK) {
 		q->r->median_ms = b.median_ms;
 		q->r->copy_ms = b.copy_ms;
@@ -41,9 +74,10 @@ static fj_status bench_fn(void *ud, const fj_api_inst *i)
 		q->r->bytes = b.bytes;
 	}
 	for (uint32_t k = 0; k < i->g->nresults; k++)
-		if (k < q->inplace_from || i->g->values[i->g->results[k]].kind != FJ_VK_PARAM)
+		if (!shared[k])
 			fj_rt_tensor_free(&out[k]);
 	free(out);
+	free(shared);
 	return st;
 }
 
@@ -76,7 +110,7 @@ fj_status fj_program_bench(fj_program *p, const fj_bench_options *o, const fj_te
 		free(in);
 		return st;
 	}
-	bool inplace = !opts.backward && ro.saved_inputs_in_place && fj_program_executor(p) != FJ_EXECUTOR_NVPTX;
+	bool inplace = !opts.backward && ro.saved_in_place && fj_program_executor(p) != FJ_EXECUTOR_NVPTX;
 	bench_req q = {ctx, opts.reps, &r, inplace ? (uint32_t)fj_program_count(p, FJ_ROLE_OUTPUT) : UINT32_MAX};
 	fj_api_use u = {opts.backward != 0, opts.saved, in, ninputs, opts.run, false};
 	st = fj_api_program_with(p, &u, bench_fn, &q);

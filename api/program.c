@@ -110,7 +110,7 @@ struct fj_saved {
 	const char **names;
 	int64_t *syms;   /* per symbol of p->m: the size the forward bound, or -1 */
 	uint32_t nsyms;
-	bool *borrowed;  /* per saved value: the caller's input itself (saved_inputs_in_place), not ours to free */
+	bool *borrowed;  /* per saved value: the caller's input or output itself (saved_in_place), not ours to free */
 };
 
 static fj_status oom(fj_context *ctx) { return fj_error_status(ctx, FJ_ERR_NOMEM, (fj_loc){0}, "out of memory"); }
@@ -599,13 +599,14 @@ typedef struct out_slot {
 	fj_rt_tensor rt;
 	bool scatter;       /* computed into a temporary, copied out to user */
 	bool device;        /* no user: kept in device memory (rt.data: the address), allocated by the run */
-	bool borrowed;      /* no user: rt is a parameter's own input memory (saved_inputs_in_place) */
+	bool borrowed;      /* no user: rt is the memory of an input or output of the run (saved_in_place) */
 } out_slot;
 
 /* What a graph's run is told besides its tensors. */
 typedef struct run_ctl {
 	void *stream;       /* the caller's stream, or NULL */
 	saved_fence *fence; /* device-resident saved values the run writes or reads, or NULL */
+	bool borrow;        /* saved_in_place: saved values that are outputs share their memory */
 } run_ctl;
 
 static fj_status acquire(fj_program *p, part *pt, inst **out)
@@ -790,6 +791,39 @@ static fj_status place_outputs(fj_program *p, const inst *i, const fj_graph *g, 
 	return FJ_OK;
 }
 
+/* saved_in_place: a saved value (a result past p->nout) that is also output
+ * j, written in place in host memory (the caller's dense tensor, or one
+ * allocated here that hand_over gives the caller), is that memory; the
+ * runtime, finding the result already there, copies nothing. */
+static fj_status borrow_outputs(fj_program *p, const inst *i, const fj_graph *g, out_slot *slots, fj_rt_tensor *outs,
+                                const uint64_t *out_dev)
+{
+	for (uint32_t k = p->nout; k < g->nresults; k++) {
+		if (slots[k].borrowed || slots[k].device)
+			continue;
+		for (uint32_t j = 0; j < p->nout; j++) {
+			const fj_tensor *u = slots[j].user;
+			if (g->results[j] != g->results[k] || !u || out_dev[j] || slots[j].scatter ||
+			    outs[j].data == (void *)empty_byte || (outs[j].data && outs[j].data != u->data))
+				continue;
+			if (!outs[j].data) { /* allocated now, handed over as the caller's */
+				const fj_value *val = &g->values[g->results[j]];
+				int rank = val->kind == FJ_VK_LITERAL ? 0 : val->type.rank;
+				fj_status st = fj_rt_tensor_reshape(p->ctx, &outs[j], val->type.dtype, rank,
+				                                    fj_rt_exec_value_dims(i->rt, g->results[j]));
+				if (st != FJ_OK)
+					return st;
+				if (!outs[j].data) /* empty: nothing to share */
+					break;
+			}
+			slots[k].rt = outs[k] = outs[j];
+			slots[k].borrowed = true;
+			break;
+		}
+	}
+	return FJ_OK;
+}
+
 /* After the run (st its status): the results to the caller's descriptors. */
 static fj_status hand_over(fj_program *p, const fj_graph *g, out_slot *slots, fj_rt_tensor *outs, fj_status st)
 {
@@ -869,6 +903,8 @@ static fj_status run_graph(fj_program *p, part *pt, const fj_rt_tensor *const *i
 			outs[k] = slots[k].rt;
 	if (st == FJ_OK)
 		st = place_outputs(p, i, g, slots, outs, out_dev);
+	if (st == FJ_OK && c->borrow)
+		st = borrow_outputs(p, i, g, slots, outs, out_dev);
 	if (st == FJ_OK)
 		st = fj_rt_exec_run(i->rt, in, in_dev, outs, out_dev);
 	if (st == FJ_OK)
@@ -900,7 +936,7 @@ typedef struct run_scratch {
 	size_t ndims, dims_cap;
 	void *stream;          /* the run options' stream */
 	bool saved_dev;        /* the run options' saved_on_device */
-	bool saved_inplace;    /* the run options' saved_inputs_in_place */
+	bool saved_inplace;    /* the run options' saved_in_place */
 } run_scratch;
 
 static fj_status scratch_alloc(fj_context *ctx, const fj_graph *g, run_scratch *r)
@@ -954,7 +990,7 @@ static fj_status scratch_options(fj_context *ctx, const fj_run_options *ro, size
 		r->origin[off + k] = o.origins[k];
 	r->stream = o.stream;
 	r->saved_dev = o.saved_on_device != 0;
-	r->saved_inplace = o.saved_inputs_in_place != 0;
+	r->saved_inplace = o.saved_in_place != 0;
 	if (st != FJ_OK || !o.ndims)
 		return st;
 	if (!o.dim_names || !o.dim_values)
@@ -1039,7 +1075,7 @@ static void drop_device_slots(fj_program *p, const fj_graph *g, out_slot *slots,
 	leave_device(p, held);
 }
 
-/* saved_inputs_in_place: each saved value that is a parameter whose input
+/* saved_in_place: each saved value that is a parameter whose input
  * the run reads in place (a dense host tensor of the graph's dtype, no
  * converted copy) starts as that input's memory; the runtime, finding a
  * result that is a parameter already in its input's memory, copies nothing
@@ -1085,7 +1121,8 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 	for (uint32_t k = 0; st == FJ_OK && k < p->nout; k++)
 		slots[k].user = &outputs[k];
 	bool on_dev = saved && r.saved_dev && p->ex == FJ_EXECUTOR_NVPTX;
-	if (st == FJ_OK && saved && r.saved_inplace && p->ex != FJ_EXECUTOR_NVPTX)
+	bool borrow = saved && r.saved_inplace && p->ex != FJ_EXECUTOR_NVPTX;
+	if (st == FJ_OK && borrow)
 		borrow_inputs(p, g, &r);
 	for (uint32_t k = p->nout; st == FJ_OK && on_dev && k < g->nresults; k++)
 		slots[k].device = true;
@@ -1094,7 +1131,7 @@ static fj_status run_forward(fj_program *p, const fj_run_options *ro, const fj_t
 		st = oom(ctx);
 	if (fence)
 		memset(fence, 0, sizeof *fence);
-	run_ctl c = {r.stream, fence};
+	run_ctl c = {r.stream, fence, borrow};
 	uint32_t nsyms = fj_symbol_count(p->m);
 	int64_t *syms = saved ? fj_alloc(ctx, (nsyms ? nsyms : 1) * sizeof *syms) : NULL;
 	if (st == FJ_OK && saved && !syms)
@@ -1211,7 +1248,7 @@ static fj_status run_backward(fj_program *p, const fj_run_options *ro, const fj_
 		r.pin[k] = k < saved->n ? &saved->t[k] : &r.rin[k];
 	for (uint32_t k = 0; st == FJ_OK && saved->on_device && k < saved->n; k++)
 		r.dev[k] = (uint64_t)(uintptr_t)saved->t[k].data; /* read in place */
-	run_ctl c = {r.stream, saved->on_device ? saved->fence : NULL};
+	run_ctl c = {r.stream, saved->on_device ? saved->fence : NULL, false};
 	for (uint32_t k = 0; st == FJ_OK && k < g->nresults; k++)
 		r.slots[k].user = &grads[k];
 	if (st == FJ_OK)

@@ -126,9 +126,12 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 		return st;
 	for (uint32_t i = 0; i < g->nparams; i++) /* the outputs exist now */
 		br->bytes += inputs[i]->nbytes;
-	for (uint32_t k = 0; k < g->nresults; k++) {
+	for (uint32_t k = 0; k < g->nresults; k++) { /* memory shared with an input or output: once */
 		const fj_value *val = &g->values[g->results[k]];
-		if (val->kind != FJ_VK_PARAM || outputs[k].data != inputs[val->def]->data) /* else: in place */
+		bool shared = val->kind == FJ_VK_PARAM && outputs[k].data == inputs[val->def]->data;
+		for (uint32_t j = 0; j < k && !shared; j++)
+			shared = outputs[k].data && outputs[j].data == outputs[k].data;
+		if (!shared)
 			br->bytes += outputs[k].nbytes;
 	}
 	double one = (now_ms() - t0) / warm;

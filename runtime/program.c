@@ -570,8 +570,9 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 		else if (val->kind == FJ_VK_PARAM) {
 			if (outputs[k].data != inputs[val->def]->data) /* else: in place already */
 				memcpy(outputs[k].data, inputs[val->def]->data, outputs[k].nbytes);
-		} else if (p->plan.out_pos[v] != (int32_t)k)
-			memcpy(outputs[k].data, outputs[p->plan.out_pos[v]].data, outputs[k].nbytes);
+		} else if (p->plan.out_pos[v] != (int32_t)k && outputs[k].data != outputs[p->plan.out_pos[v]].data) {
+			memcpy(outputs[k].data, outputs[p->plan.out_pos[v]].data, outputs[k].nbytes); /* else: shared */
+		}
 	}
 	return FJ_OK;
 }

@@ -204,7 +204,7 @@ static int train_run(fj_context *ctx, fj_module *m, const run_opts *o, fj_execut
 		return 1;
 	name_outputs(m, o, r);
 	fj_run_options ro = run_options(o, r->origin), tro = run_options(o, r->torigin);
-	ro.saved_inputs_in_place = 1; /* the inputs outlive r->saved, unchanged */
+	ro.saved_in_place = 1; /* the inputs and outputs outlive r->saved, unchanged */
 	if (read_inputs(ctx, m, o, r->in, r->given, r->origin) != 0 ||
 	    random_inputs(ctx, r->p, o, &ro, r->in, r->given) != 0)
 		return 1;
@@ -270,7 +270,7 @@ static int bench(fj_context *ctx, const run_opts *o, train *r)
 	bo.run = &ro;
 	fj_bench_result_init(&r->bf);
 	fj_bench_result_init(&r->bb);
-	ro.saved_inputs_in_place = 1; /* as the forward run (train_run) */
+	ro.saved_in_place = 1; /* as the forward run (train_run) */
 	fj_status st = fj_program_bench(r->p, &bo, r->in, r->np, &r->bf);
 	bo.backward = 1;
 	bo.saved = r->saved;

@@ -532,15 +532,19 @@ typedef struct fj_run_options {
 	                                  upload by the backward); fj_saved_info's view is then
 	                                  an FJ_DEVICE_CUDA tensor. Ignored by host and aten,
 	                                  whose saved values are in host memory. */
-	int saved_inputs_in_place;     /* forward on host or aten: nonzero lets a saved value that
+	int saved_in_place;            /* forward on host or aten: nonzero lets a saved value that
 	                                  is one of the forward's inputs (a dense host tensor of
-	                                  the graph's dtype) be that input's memory itself, not
-	                                  a copy: fj_saved_info's view then points at it. The
-	                                  caller keeps such an input alive and unchanged until
-	                                  fj_saved_destroy (as PyTorch's autograd saves inputs).
-	                                  0: every saved value is fusejit's own copy. Ignored by
-	                                  nvptx. fj_program_bench honours it too: a forward bench
-	                                  then neither copies nor counts such inputs twice. */
+	                                  the graph's dtype) or one of its outputs (written in
+	                                  place in host memory: the caller's dense tensor, or
+	                                  one fusejit allocates for the caller) be that tensor's
+	                                  memory itself, not a copy: fj_saved_info's view then
+	                                  points at it. The caller keeps such a tensor alive and
+	                                  unchanged until its last backward on these saved
+	                                  values (fj_saved_destroy does not touch it), as
+	                                  PyTorch's autograd saves inputs and outputs. 0: every
+	                                  saved value is fusejit's own copy. Ignored by nvptx.
+	                                  fj_program_bench honours it too: a forward bench then
+	                                  neither copies such tensors nor counts them twice. */
 } fj_run_options;
 
 FJ_API void fj_run_options_init(fj_run_options *o);

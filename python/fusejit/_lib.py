@@ -60,7 +60,7 @@ class RunOptions(ctypes.Structure):
         ("origins", ctypes.POINTER(ctypes.c_char_p)),
         ("stream", ctypes.c_void_p),
         ("saved_on_device", ctypes.c_int),
-        ("saved_inputs_in_place", ctypes.c_int),
+        ("saved_in_place", ctypes.c_int),
     ]
 
 

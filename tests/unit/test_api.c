@@ -448,81 +448,112 @@ START_TEST(test_training)
 }
 END_TEST
 
-/* fj_run_options.saved_inputs_in_place: a saved input is the caller's memory
- * (no copy), the gradients are those of a run that copies, a strided input
- * (converted) is still copied, and a forward bench counts the input once.
- * _i: the executor (host, aten). */
-static const char silu_text[] =
-	"graph @f(%x: f32[4,8]) {\n"
+/* fj_run_options.saved_in_place: a saved input or output is the caller's
+ * memory (no copy), the gradients are those of a run that copies, a strided
+ * input (converted) is still copied, and a forward bench counts the shared
+ * memory once. _i: the executor (host, aten). silu's backward saves x, exp's
+ * its output. */
+static const char saved_text[] =
+	"graph @silu(%x: f32[4,8]) {\n"
 	"  %y = aten.silu(%x)\n"
+	"  return %y\n"
+	"}\n"
+	"graph @exp(%x: f32[4,8]) {\n"
+	"  %y = aten.exp(%x)\n"
 	"  return %y\n"
 	"}\n";
 
-/* The forward and backward of silu_text on x (strides may be NULL) with
- * in_place set or not: the gradient into g, and whether a saved value is x's
- * memory. */
-static bool silu_train(fj_program *p, float *x, const int64_t *strides, int in_place, float *g)
+enum { SHARES_X = 1, SHARES_Y = 2 };
+
+/* The forward and backward of p on x (strides may be NULL) with in_place
+ * set or not, the output in y (NULL: fusejit allocates it): the gradient
+ * into g; returns which of x and y a saved value's memory is. */
+static int train_once(fj_program *p, float *x, const int64_t *strides, int in_place, float *y, float *g)
 {
-	float y[32], t[32];
+	float t[32];
 	for (int i = 0; i < 32; i++)
 		t[i] = 0.25f * (float)(i % 7) - 0.5f;
 	fj_tensor in = desc(x, FJ_TYPE_F32, 2, 4, 8), out = desc(y, FJ_TYPE_F32, 2, 4, 8);
 	in.strides = strides;
 	fj_run_options ro;
 	fj_run_options_init(&ro);
-	ro.saved_inputs_in_place = in_place;
+	ro.saved_in_place = in_place;
 	fj_saved *sv;
 	ck_assert_int_eq(fj_program_forward_with(p, &ro, &in, 1, &out, 1, &sv), FJ_OK);
-	bool aliased = false;
+	ck_assert_ptr_nonnull(out.data);
+	int shares = 0;
 	for (size_t k = 0; k < fj_saved_count(sv); k++) {
 		fj_tensor view;
 		ck_assert_int_eq(fj_saved_info(sv, k, NULL, &view), FJ_OK);
-		aliased |= view.data == (void *)x;
+		shares |= (view.data == (void *)x ? SHARES_X : 0) | (view.data == out.data ? SHARES_Y : 0);
 	}
 	fj_tensor tan = desc(t, FJ_TYPE_F32, 2, 4, 8), gd = desc(g, FJ_TYPE_F32, 2, 4, 8);
 	ck_assert_int_eq(fj_program_backward(p, sv, &tan, 1, &gd, 1), FJ_OK);
-	fj_saved_destroy(sv); /* frees fusejit's saved values, never x */
-	return aliased;
+	fj_saved_destroy(sv); /* frees fusejit's saved values, never x or y */
+	if (!y)
+		fj_tensor_release(&out);
+	return shares;
 }
 
-START_TEST(test_saved_inputs_in_place)
+/* fj_program_bench's bytes of a forward of p on x, saved_in_place or not. */
+static size_t bench_bytes(fj_program *p, float *x, int in_place)
 {
-	fj_context *ctx = new_ctx();
-	fj_program *p = compile_text(ctx, silu_text, _i ? FJ_EXECUTOR_ATEN : FJ_EXECUTOR_HOST, 1);
-	float x[32], g0[32], g1[32];
-	for (int i = 0; i < 32; i++)
-		x[i] = 0.1f * (float)i - 1.5f;
-	ck_assert(!silu_train(p, x, NULL, 0, g0));
-	ck_assert(silu_train(p, x, NULL, 1, g1)); /* silu's backward reads x: saved */
-	ck_assert_mem_eq(g0, g1, sizeof g0);
-	/* dense strides given: read in place, so saved in place */
-	static const int64_t dense[2] = {8, 1};
-	ck_assert(silu_train(p, x, dense, 1, g1));
-	ck_assert_mem_eq(g0, g1, sizeof g0);
-	/* x as the transpose of an [8,4] buffer: converted for the run, so copied */
-	float xt[32];
-	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 8; j++)
-			xt[j * 4 + i] = x[i * 8 + j];
-	static const int64_t tr[2] = {1, 4};
-	ck_assert(!silu_train(p, xt, tr, 1, g1));
-	ck_assert_mem_eq(g0, g1, sizeof g0);
-	/* a forward bench: the input saved in place is moved once */
 	fj_bench_options bo;
 	fj_bench_options_init(&bo);
 	bo.reps = 5;
 	fj_run_options ro;
 	fj_run_options_init(&ro);
+	ro.saved_in_place = in_place;
 	bo.run = &ro;
 	fj_tensor in = desc(x, FJ_TYPE_F32, 2, 4, 8);
-	fj_bench_result b0, b1;
-	fj_bench_result_init(&b0);
-	fj_bench_result_init(&b1);
-	ck_assert_int_eq(fj_program_bench(p, &bo, &in, 1, &b0), FJ_OK);
-	ro.saved_inputs_in_place = 1;
-	ck_assert_int_eq(fj_program_bench(p, &bo, &in, 1, &b1), FJ_OK);
-	ck_assert_uint_eq(b0.bytes, b1.bytes + sizeof x);
-	fj_program_destroy(p);
+	fj_bench_result b;
+	fj_bench_result_init(&b);
+	ck_assert_int_eq(fj_program_bench(p, &bo, &in, 1, &b), FJ_OK);
+	return b.bytes;
+}
+
+START_TEST(test_saved_in_place)
+{
+	fj_context *ctx = new_ctx();
+	fj_module *m;
+	ck_assert_int_eq(fj_module_parse(ctx, saved_text, strlen(saved_text), "t.fj", &m), FJ_OK);
+	fj_compile_options o;
+	fj_compile_options_init(&o);
+	o.executor = _i ? FJ_EXECUTOR_ATEN : FJ_EXECUTOR_HOST;
+	o.training = 1;
+	fj_program *silu, *ex;
+	o.graph = "silu";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &silu), FJ_OK);
+	o.graph = "exp";
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &ex), FJ_OK);
+	fj_module_destroy(m);
+	float x[32], y[32], g0[32], g1[32];
+	for (int i = 0; i < 32; i++)
+		x[i] = 0.1f * (float)i - 1.5f;
+	/* a saved input */
+	ck_assert_int_eq(train_once(silu, x, NULL, 0, y, g0), 0);
+	ck_assert_int_eq(train_once(silu, x, NULL, 1, y, g1), SHARES_X);
+	ck_assert_mem_eq(g0, g1, sizeof g0);
+	static const int64_t dense[2] = {8, 1}; /* dense strides given: read in place */
+	ck_assert_int_eq(train_once(silu, x, dense, 1, y, g1), SHARES_X);
+	ck_assert_mem_eq(g0, g1, sizeof g0);
+	float xt[32]; /* x as the transpose of an [8,4] buffer: converted for the run, so copied */
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 8; j++)
+			xt[j * 4 + i] = x[i * 8 + j];
+	static const int64_t tr[2] = {1, 4};
+	ck_assert_int_eq(train_once(silu, xt, tr, 1, y, g1), 0);
+	ck_assert_mem_eq(g0, g1, sizeof g0);
+	ck_assert_uint_eq(bench_bytes(silu, x, 0), bench_bytes(silu, x, 1) + sizeof x);
+	/* a saved output: the caller's, or one fusejit allocates for the caller */
+	ck_assert_int_eq(train_once(ex, x, NULL, 0, y, g0), 0);
+	ck_assert_int_eq(train_once(ex, x, NULL, 1, y, g1), SHARES_Y);
+	ck_assert_mem_eq(g0, g1, sizeof g0);
+	ck_assert_int_eq(train_once(ex, x, NULL, 1, NULL, g1), SHARES_Y);
+	ck_assert_mem_eq(g0, g1, sizeof g0);
+	ck_assert_uint_eq(bench_bytes(ex, x, 0), bench_bytes(ex, x, 1) + sizeof y);
+	fj_program_destroy(silu);
+	fj_program_destroy(ex);
 	fj_context_destroy(ctx);
 }
 END_TEST
@@ -704,7 +735,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_compile_errors);
 	tcase_add_loop_test(tc, test_run, 0, 2);
 	tcase_add_test(tc, test_training);
-	tcase_add_loop_test(tc, test_saved_inputs_in_place, 0, 2);
+	tcase_add_loop_test(tc, test_saved_in_place, 0, 2);
 	tcase_add_test(tc, test_cache_settings);
 	tcase_add_test(tc, test_options);
 	tcase_add_test(tc, test_host_target_options);
