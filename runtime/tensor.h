@@ -1,8 +1,8 @@
 /* tensor.h -- a dense, row-major host tensor, and the conversions the runtime
  * needs between the IR's dtypes and double (f16/bf16 bit patterns included).
  *
- * Data is 64-byte aligned (aligned_alloc), so kernels may use aligned vector
- * loads; a 0-size tensor still holds a (1-byte) allocation, so data is never
+ * Data is 64-byte aligned (aligned_alloc; page-aligned from 64 KiB on, see
+ * tensor.c), so kernels may use aligned vector loads; a 0-size tensor still holds a (1-byte) allocation, so data is never
  * NULL for an allocated tensor. */
 #ifndef FJ_RT_TENSOR_H
 #define FJ_RT_TENSOR_H
@@ -41,7 +41,8 @@ fj_status fj_rt_tensor_alloc(fj_context *ctx, fj_rt_tensor *t, fj_dtype dt, int 
 /* Re-shapes t in place when its allocation is big enough, else reallocates. */
 fj_status fj_rt_tensor_reshape(fj_context *ctx, fj_rt_tensor *t, fj_dtype dt, int rank, const int64_t *dims);
 void fj_rt_tensor_free(fj_rt_tensor *t);
-/* Aligned raw buffers (64 bytes); n == 0 allocates one line. */
+/* Aligned raw buffers (64 bytes; a page from 64 KiB on); n == 0 allocates
+ * one line. */
 void *fj_rt_aligned_alloc(size_t n);
 void fj_rt_aligned_free(void *p);
 /* Sorts t[0..n) (n > 0) and returns its median (--bench's statistic). */
