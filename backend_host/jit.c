@@ -395,19 +395,27 @@ typedef struct host_value {
 	LLVMOrcResourceTrackerRef rt;
 } host_value;
 
+/* Takes the code rt tracks out of the JIT and releases rt (under the JIT's
+ * mutex). A failure has nobody to be reported to (an eviction, the
+ * context's end, or the cleanup of a failed add): consumed. */
+static void drop_tracker(LLVMOrcResourceTrackerRef rt)
+{
+	LLVMErrorRef e = LLVMOrcResourceTrackerRemove(rt);
+	LLVMOrcReleaseResourceTracker(rt);
+	if (e)
+		LLVMConsumeError(e);
+}
+
 static void kernel_free(fj_context *ctx, void *value)
 {
 	host_value *v = value;
 	fj_host_jit *j = v->j;
 	pthread_mutex_lock(&j->lock);
-	LLVMErrorRef e = LLVMOrcResourceTrackerRemove(v->rt);
-	LLVMOrcReleaseResourceTracker(v->rt);
+	drop_tracker(v->rt);
 	/* the removed symbols' names, unless another kernel still uses them */
 	LLVMOrcSymbolStringPoolClearDeadEntries(LLVMOrcExecutionSessionGetSymbolStringPool(
 		LLVMOrcLLJITGetExecutionSession(j->jit)));
 	pthread_mutex_unlock(&j->lock);
-	if (e) /* nothing to report it to (an eviction, or the context's end) */
-		LLVMConsumeError(e);
 	(void)ctx;
 	free(v);
 }
@@ -445,10 +453,7 @@ static fj_status materialise(fj_host_jit *j, fj_kc_entry *e, const char *name)
 	if (!err)
 		err = LLVMOrcLLJITLookup(j->jit, &addr, name);
 	if (err) {
-		LLVMErrorRef e2 = LLVMOrcResourceTrackerRemove(v->rt);
-		if (e2)
-			LLVMConsumeError(e2);
-		LLVMOrcReleaseResourceTracker(v->rt);
+		drop_tracker(v->rt);
 		free(v);
 		return llvm_err(ctx, err, "adding a kernel's object");
 	}

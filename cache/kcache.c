@@ -229,6 +229,14 @@ static void lru_push(fj_kcache *kc, mem_entry *m)
 		kc->oldest = m;
 }
 
+/* A caller takes a reference on m, which becomes the most recently used. */
+static void hold_locked(fj_kcache *kc, mem_entry *m)
+{
+	m->refs++;
+	lru_unlink(kc, m);
+	lru_push(kc, m);
+}
+
 /* Removes m from the table (linear probing: the entries after it move back
  * into the hole, so that no probe sequence breaks). */
 static void tab_remove(fj_kcache *kc, mem_entry *m)
@@ -290,11 +298,8 @@ fj_kc_entry *fj_kcache_find(fj_context *ctx, const char *kind, const void *key, 
 	uint64_t h = mem_hash(kind, key, keylen);
 	pthread_mutex_lock(&kc->lock);
 	mem_entry *m = mem_find(kc, kind, key, keylen, h);
-	if (m) {
-		m->refs++;
-		lru_unlink(kc, m);
-		lru_push(kc, m);
-	}
+	if (m)
+		hold_locked(kc, m);
 	pthread_mutex_unlock(&kc->lock);
 	return m ? &m->e : NULL;
 }
@@ -318,9 +323,7 @@ fj_kc_entry *fj_kcache_insert(fj_context *ctx, const char *kind, const void *key
 	mem_entry *other = mem_find(kc, kind, key, keylen, m->hash), *victims = NULL;
 	bool ok = other || mem_grow(kc);
 	if (other) {
-		other->refs++;
-		lru_unlink(kc, other);
-		lru_push(kc, other);
+		hold_locked(kc, other);
 	} else if (ok) {
 		uint32_t j = (uint32_t)m->hash & (kc->cap - 1);
 		while (kc->tab[j])
