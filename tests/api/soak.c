@@ -433,15 +433,18 @@ static void check_bounds(const char *what, const sampler *s, double bound)
 		FAIL("%s: %d fds open after the warm-up, %d at the end", what, s->fd_warm, s->fd_end);
 }
 
-static const char repeated[] =
-	"graph @main(%x: f32[32,64], %w: f32[64,48], %b: f32[48]) {\n"
-	"  %h = aten.mm(%x, %w)\n"
-	"  %hb = aten.add(%h, %b)\n"
-	"  %g = aten.gelu(%hb) {approximate=\"tanh\"}\n"
-	"  %p = aten._softmax(%g) {dim=-1, half_to_float=false}\n"
-	"  %s = aten.sum(%p) {dims=[0]}\n"
-	"  return %p, %s\n"
-	"}\n";
+/* The graph of (b) and (c): a batch of BATCH rows (a size or a symbol). */
+#define MLP_SOFTMAX(BATCH)                                                   \
+	"graph @main(%x: f32[" BATCH ",64], %w: f32[64,48], %b: f32[48]) {\n"    \
+	"  %h = aten.mm(%x, %w)\n"                                              \
+	"  %hb = aten.add(%h, %b)\n"                                            \
+	"  %g = aten.gelu(%hb) {approximate=\"tanh\"}\n"                        \
+	"  %p = aten._softmax(%g) {dim=-1, half_to_float=false}\n"              \
+	"  %s = aten.sum(%p) {dims=[0]}\n"                                      \
+	"  return %p, %s\n"                                                     \
+	"}\n"
+
+static const char repeated[] = MLP_SOFTMAX("32");
 
 static bool same_bits(const tensors *a, const tensors *b, const fj_program *p)
 {
@@ -605,15 +608,7 @@ static void repeat(fj_context *ctx)
 
 /* ---- (c) one graph with a symbolic batch, its size changing ---- */
 
-static const char symbolic[] =
-	"graph @main(%x: f32[N,64], %w: f32[64,48], %b: f32[48]) {\n"
-	"  %h = aten.mm(%x, %w)\n"
-	"  %hb = aten.add(%h, %b)\n"
-	"  %g = aten.gelu(%hb) {approximate=\"tanh\"}\n"
-	"  %p = aten._softmax(%g) {dim=-1, half_to_float=false}\n"
-	"  %s = aten.sum(%p) {dims=[0]}\n"
-	"  return %p, %s\n"
-	"}\n";
+static const char symbolic[] = MLP_SOFTMAX("N");
 
 /* M/10 runs of a graph with a symbolic batch N, N changing every run (1 to
  * 64): what a program keeps per shape (bound sizes, buffers, owned
