@@ -6,9 +6,10 @@
  *   fj-fma-peak avx512|avx2 THREADS   prints {"isa", "threads", "gflops"}
  *
  * 12 accumulators: more than the FMA latency (4 cycles) times the FMA ports
- * (2), so the loop is bound by throughput alone. Each thread runs the loop
- * for about 0.2 s after a warm-up; the result is the best of 3 such runs of
- * all threads together (flops of all threads / wall time). */
+ * (2), so the loop is bound by throughput alone. Each thread runs ITERS
+ * iterations (about 15 ms at 3.5 GHz) after a warm-up run; the result is the
+ * best of 3 such runs of all threads together (flops of all threads / wall
+ * time). */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,8 +43,8 @@ static double now_s(void)
 	T s = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))), ADD(ADD(a8, a9), ADD(a10, a11))); \
 	return RED(s);
 
-__attribute__((target("avx512f"))) static float lane0_512(__m512 v) { return _mm512_reduce_add_ps(v); }
-__attribute__((target("avx2"))) static float lane0_256(__m256 v)
+__attribute__((target("avx512f"))) static float hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
+__attribute__((target("avx2"))) static float hsum_256(__m256 v)
 {
 	float f[8];
 	_mm256_storeu_ps(f, v);
@@ -52,12 +53,12 @@ __attribute__((target("avx2"))) static float lane0_256(__m256 v)
 
 __attribute__((target("avx512f"))) static float loop512(void)
 {
-	ACC12(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, lane0_512)
+	ACC12(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, hsum_512)
 }
 
 __attribute__((target("avx2,fma"))) static float loop256(void)
 {
-	ACC12(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, lane0_256)
+	ACC12(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum_256)
 }
 
 static void *run(void *arg)
