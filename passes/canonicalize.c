@@ -27,7 +27,11 @@
  *     same shape, full slice, squeeze/rev of nothing, one-operand cat, zero
  *     pad are removed;
  *   - gather of a pointwise prim -> the prim of gathers (push_gather): a
- *     loss reading a log_softmax at its targets computes it there only.
+ *     loss reading a log_softmax at its targets computes it there only;
+ *   - transpose of the last two dims of a matmul used nowhere else ->
+ *     matmul(B^T, A^T) (transpose_matmul): the backward's weight gradient
+ *     transpose(X^T dY) becomes dY^T X, whose transposed operands the
+ *     matmul kernels read in place, so no transpose kernel is left.
  * Values used by a fusion.kernel are pinned (copied as they are), so a
  * kernel's operands keep their names; bodies are left alone.
  *
@@ -47,6 +51,7 @@ typedef struct canon {
 	fj_context *ctx;
 	fj_rebuild rb;
 	uint32_t *tab; /* CSE: new node indices, FJ_NONODE = empty */
+	uint32_t *nuse; /* uses of each old value by live nodes and the results */
 	uint32_t cap;
 	uint32_t nfold, nsimp, ncse, ndce;
 } canon;
@@ -475,6 +480,46 @@ static int push_gather(canon *c, const fj_node *n, spec *s)
 	return SPEC;
 }
 
+/* transpose(matmul(A, B)){perm swaps the last two dims} -> matmul(B^T, A^T)
+ * (B^T, A^T: transposes of the last two dims, which compose with transposes
+ * A or B may already be, on the next sweep). Only when the matmul's result
+ * has no other use (else two matmuls would run) and A, B have the result's
+ * rank (no batch broadcast). Each C[.., j, i] sums the same products in the
+ * same order, so results are unchanged. */
+static int transpose_matmul(canon *c, const fj_node *n, spec *s)
+{
+	fj_vid a = s->opnds[0];
+	const fj_node *mn = def(c, a);
+	const fj_attr *p = attr_eff(c, n->op, s->attrs, "perm");
+	int rank = ty(c, a)->rank;
+	if (!mn || mn->op != FJ_OP_PRIMS_MATMUL || mn->nograd || mn->nres != 1 || c->nuse[n->opnds[0]] != 1 || rank < 2 ||
+	    p->n != (uint32_t)rank)
+		return NONE;
+	int64_t perm[FJ_MAX_RANK];
+	for (int k = 0; k < rank; k++) {
+		perm[k] = k < rank - 2 ? k : 2 * rank - 3 - k;
+		if (fj_attr_as_int(&p->u.items[k]) != perm[k])
+			return NONE;
+	}
+	fj_vid x = mn->opnds[0], y = mn->opnds[1];
+	if (ty(c, x)->rank != rank || ty(c, y)->rank != rank)
+		return NONE;
+	fj_builder b;
+	fj_builder_init(&b, G(c), n->loc);
+	uint32_t n0 = G(c)->nnodes;
+	fj_named_attr pa = {"perm", fj_attr_ints(G(c), perm, (uint32_t)rank)};
+	fj_vid yt = fj_b_op1(&b, FJ_OP_PRIMS_TRANSPOSE, &y, 1, &pa, 1);
+	fj_vid xt = fj_b_op1(&b, FJ_OP_PRIMS_TRANSPOSE, &x, 1, &pa, 1);
+	if (fj_b_status(&b) != FJ_OK || fj_pass_rebuild_name_from(&c->rb, n0, c->rb.old->values[n->res[0]].name, "_t") != FJ_OK)
+		return NONE; /* the built nodes are dead: the next sweep drops them */
+	s->op = FJ_OP_PRIMS_MATMUL;
+	s->nopnds = 2;
+	s->opnds[0] = yt;
+	s->opnds[1] = xt;
+	c->nsimp++;
+	return SPEC;
+}
+
 static int simplify(canon *c, const fj_node *n, spec *s, fj_vid *repl)
 {
 	fj_op op = n->op;
@@ -635,7 +680,7 @@ static int simplify(canon *c, const fj_node *n, spec *s, fj_vid *repl)
 			c->nsimp++;
 			return SPEC;
 		}
-		break;
+		return transpose_matmul(c, n, s);
 	}
 	case FJ_OP_PRIMS_SQUEEZE:
 	case FJ_OP_PRIMS_REV:
@@ -745,14 +790,23 @@ static fj_status sweep(canon *c, fj_module *m, fj_graph *og, bool *changed)
 	if (st)
 		return st;
 	pinned = fj_alloc(ctx, og->nvalues ? og->nvalues : 1);
+	c->nuse = fj_alloc(ctx, nv * sizeof *c->nuse);
 	c->cap = 16;
 	while (c->cap < 2 * og->nnodes + 16)
 		c->cap *= 2;
 	c->tab = fj_alloc(ctx, c->cap * sizeof *c->tab);
-	if (!pinned || !c->tab) {
+	if (!pinned || !c->tab || !c->nuse) {
 		st = FJ_ERR_NOMEM;
 		goto out;
 	}
+	memset(c->nuse, 0, nv * sizeof *c->nuse);
+	for (uint32_t i = 0; i < og->nresults; i++)
+		if (og->results[i] != FJ_NOVAL)
+			c->nuse[og->results[i]]++;
+	for (uint32_t ni = 0; ni < og->nnodes; ni++)
+		for (uint32_t i = 0; live[ni] && i < og->nodes[ni].nopnds; i++)
+			if (og->nodes[ni].opnds[i] != FJ_NOVAL)
+				c->nuse[og->nodes[ni].opnds[i]]++;
 	memset(pinned, 0, og->nvalues ? og->nvalues : 1);
 	memset(c->tab, 0xff, c->cap * sizeof *c->tab);
 	for (uint32_t ni = 0; ni < og->nnodes; ni++)
@@ -833,7 +887,10 @@ out:
 		fj_free(ctx, pinned, nv);
 	if (c->tab)
 		fj_free(ctx, c->tab, c->cap * sizeof *c->tab);
+	if (c->nuse)
+		fj_free(ctx, c->nuse, nv * sizeof *c->nuse);
 	c->tab = NULL;
+	c->nuse = NULL;
 	return st;
 }
 

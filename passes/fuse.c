@@ -31,8 +31,13 @@
  * before each merge; a region is the set of its members, in node order).
  *   L1 Opaque and scan ops: a solo region never merges. A matmul region holds
  *      one prims.matmul and pointwise nodes of the matmul's result shape, each
- *      with an operand computed in the region (an epilogue: no prologue, no
- *      layout op, no reduction; broadcasts of inputs come in as free copies).
+ *      with an operand computed in the region (an epilogue: no layout op, no
+ *      reduction; broadcasts of inputs come in as free copies). Its only
+ *      prologue is layout ops read by the matmul (or by each other) alone:
+ *      how an operand computed by another kernel is read, X^T in the weight
+ *      gradient X^T dY, which the packing reads in place instead of a
+ *      transpose kernel writing it out; no computation is recomputed per
+ *      packed panel.
  *   L2 Iteration space: a region with reductions has a domain D (a shape) and
  *      a set K of reduced dims: every reduction of the region reduces exactly
  *      the dims K of an operand of shape exactly D (e.g. f32[N,4096] over
@@ -377,6 +382,26 @@ static uint8_t opnd_flag(fuser *f, fj_vid v, uint32_t a, uint32_t b)
 	return d != FJ_NONODE && in_pair(f, d, a, b) ? f->flag[d] : 0;
 }
 
+/* Is node d, if free, a copy of layout, convert and source ops only (of
+ * parameters, at most 8 deep)? A matmul's prologue may read such copies,
+ * never a recomputed pointwise cone: the packing would evaluate it once
+ * per tile. */
+static bool layout_copy(fuser *f, uint32_t d, int depth)
+{
+	if (f->cls[d] != NC_FREE)
+		return true;
+	const fj_node *n = &f->g->nodes[d];
+	uint32_t fl = op_flags(f, d);
+	if (depth == 8 || !((fl & (FJ_OPF_LAYOUT | FJ_OPF_SOURCE)) || n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE))
+		return false;
+	for (uint32_t o = 0; o < n->nopnds; o++) {
+		uint32_t p = def_node(f->g, n->opnds[o]);
+		if (p != FJ_NONODE && !layout_copy(f, p, depth + 1))
+			return false;
+	}
+	return true;
+}
+
 static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 {
 	fj_graph *g = f->g;
@@ -392,13 +417,32 @@ static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 			f->flag[ni] = 1;
 			continue;
 		}
+		if (!mt) { /* a prologue: layout ops that only the matmul reads */
+			if (!(op_flags(f, ni) & FJ_OPF_LAYOUT) || n->nres != 1)
+				return false;
+			fj_vid v = n->res[0];
+			for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1]; u++) {
+				uint32_t c = f->ulist[u];
+				if (!in_pair(f, c, a, b) || !(g->nodes[c].op == FJ_OP_PRIMS_MATMUL || (op_flags(f, c) & FJ_OPF_LAYOUT)))
+					return false;
+			}
+			if (f->returned[v])
+				return false;
+			for (uint32_t o = 0; o < n->nopnds; o++) {
+				uint32_t d = def_node(g, n->opnds[o]);
+				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !layout_copy(f, d, 0)))
+					return false;
+			}
+			f->flag[ni] = 2;
+			continue;
+		}
 		if (!mt || !(op_flags(f, ni) & FJ_OPF_POINTWISE) || n->nres != 1 || !fj_type_same_dims(vtype(f, n->res[0]), mt))
 			return false;
 		bool dep = false;
 		for (uint32_t o = 0; o < n->nopnds; o++) {
 			uint32_t d = def_node(g, n->opnds[o]);
 			if (d != FJ_NONODE && in_pair(f, d, a, b)) {
-				if (!f->flag[d])
+				if (f->flag[d] != 1)
 					return false;
 				dep = true;
 			}
@@ -760,6 +804,21 @@ static bool try_merge(fuser *f, uint32_t x, uint32_t y)
  * can only succeed later if one of its two regions has grown since (others'
  * merges only add paths): edges whose regions are both older than the last
  * sweep's start are skipped. */
+/* Is node i a layout op that matmuls alone read (not returned)? Its
+ * producer's kernel does not take it: the matmul reads the producer's
+ * result through it in place (L1). */
+static bool matmul_prologue(fuser *f, uint32_t i)
+{
+	const fj_node *n = &f->g->nodes[i];
+	if (f->cls[i] != NC_FUSIBLE || !(op_flags(f, i) & FJ_OPF_LAYOUT) || n->nres != 1 || f->returned[n->res[0]])
+		return false;
+	fj_vid v = n->res[0];
+	for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1]; u++)
+		if (f->cls[f->ulist[u]] != NC_MATMUL)
+			return false;
+	return f->ustart[v] < f->ustart[v + 1];
+}
+
 static bool vertical(fuser *f)
 {
 	bool any = false, changed = true;
@@ -767,12 +826,15 @@ static bool vertical(fuser *f)
 		changed = false;
 		uint32_t start = f->clock;
 		for (uint32_t i = 0; i < f->nn; i++) {
-			if (f->cls[i] != NC_FUSIBLE)
+			/* a fusible node joins its producers; a matmul takes a layout
+			 * prologue (L1), which is left to it */
+			if ((f->cls[i] != NC_FUSIBLE && f->cls[i] != NC_MATMUL) || matmul_prologue(f, i))
 				continue;
 			const fj_node *n = &f->g->nodes[i];
 			for (uint32_t o = 0; o < n->nopnds; o++) {
 				uint32_t d = def_node(f->g, n->opnds[o]);
-				if (d == FJ_NONODE || (f->cls[d] != NC_FUSIBLE && f->cls[d] != NC_MATMUL))
+				if (d == FJ_NONODE || (f->cls[d] != NC_FUSIBLE && f->cls[d] != NC_MATMUL) ||
+				    (f->cls[i] == NC_MATMUL && !(op_flags(f, d) & FJ_OPF_LAYOUT)))
 					continue;
 				uint32_t a = find(f, d), b = find(f, i);
 				if (f->swept && f->ver[a] < f->sweep_start && f->ver[b] < f->sweep_start)
