@@ -17,7 +17,11 @@
  *   Ap  A rows of the current tile, one K block (KC) at a time, row-major
  *       with rows LDA = KC + 64 bytes apart (rows past M are zeros): a
  *       unit-stride copy for a row-major A; the padding keeps the MR rows
- *       the micro-kernel reads at once in different cache sets;
+ *       the micro-kernel reads at once in different cache sets. An A that
+ *       is contiguous along M (a transposed operand: dY^T in the weight
+ *       gradient dY^T X) is packed as MR-row micro-panels [k][MR] instead,
+ *       KC x MR apart, so that both its reads and its stores run along
+ *       unit strides (row-major, each k would store to MC rows at once);
  *   Cb  the tile's accumulators, MC x NC (f32, or f64 for f64 matmuls).
  * The packing loops run the operand's unit-stride dim innermost when its
  * layout is known (fast_dim: a region operand, through transposes and
@@ -82,6 +86,9 @@ typedef struct mm {
 	int mr, nrv, nr;        /* micro-tile: MR rows x NRV vectors (NR columns) */
 	int mc, nc;             /* C tile */
 	int lda;                /* row stride of packed A: KC + 64 bytes (no cache-set aliasing of its MR rows) */
+	bool apanel;            /* A packed as [k][MR] micro-panels (A contiguous along M) */
+	int64_t a_is, a_ks;     /* packed A: element offsets between rows and between k's of a micro-panel */
+	int64_t a_ps;           /* ... and between micro-panels */
 	LLVMValueRef batch, M, N, K;
 	LLVMValueRef ap, bp, cb;  /* packed A, packed B, C tile */
 	LLVMValueRef accv[MAX_ACC]; /* micro-tile accumulators (variables) */
@@ -123,6 +130,8 @@ bool fj_rg_host_matmul_handles(const fj_rg_analysis *a)
 	       fj_dtype_is_float(tm->dtype) && a->vals[b->results[0]].in_d;
 }
 
+static int fast_dim(mm *m, fj_vid v, int depth);
+
 static void plan(mm *m)
 {
 	fj_cg *cg = m->cg;
@@ -141,6 +150,10 @@ static void plan(mm *m)
 	m->mc = 8 * m->mr;
 	m->nc = 8 * m->nr;
 	m->lda = KC + 64 / m->esz;
+	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
+	m->a_is = m->apanel ? 1 : m->lda;
+	m->a_ks = m->apanel ? m->mr : 1;
+	m->a_ps = m->apanel ? (int64_t)KC * m->mr : (int64_t)m->lda * m->mr;
 	m->vt = LLVMVectorType(m->et, (unsigned)m->w);
 	for (int i = 0; i < m->mr * m->nrv; i++)
 		m->accv[i] = fj_cg_var(cg, m->vt, NULL, "cacc");
@@ -287,47 +300,70 @@ static void pack_b(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef njr)
 /* Packs rows [i0, i1) of the tile (A[b, ic + i, pc : pc + kl]) into Ap,
  * row-major with rows LDA apart (micro-panel ir: rows ir*MR ...); the
  * micro-kernel broadcasts from MR rows at constant offsets. With `clamp`
- * rows >= M read row M-1 and store 0. rows_inner: the row loop innermost
- * (A contiguous along M: a transposed operand, as in X^T dY). */
+ * rows >= M read row M-1 and store 0. */
 static void pack_a_rows(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef pc,
-                        LLVMValueRef kl, bool clamp, bool rows_inner)
+                        LLVMValueRef kl)
 {
 	fj_cg *cg = m->cg;
 	fj_rg *r = m->r;
 	LLVMValueRef mlast = LLVMBuildNSWSub(BB, m->M, c64(m, 1), "");
 	fj_cg_loop l1, l2;
-	fj_cg_loop_begin(cg, &l1, rows_inner ? c64(m, 0) : i0, rows_inner ? kl : i1, rows_inner ? "ak" : "arow");
+	fj_cg_loop_begin(cg, &l1, i0, i1, "arow");
 	fj_rg_scope_push(r);
-	fj_cg_loop_begin(cg, &l2, rows_inner ? i0 : c64(m, 0), rows_inner ? i1 : kl, rows_inner ? "arow" : "ak");
+	fj_cg_loop_begin(cg, &l2, c64(m, 0), kl, "ak");
 	fj_rg_scope_push(r);
-	LLVMValueRef i = rows_inner ? l2.iv : l1.iv, kk = rows_inner ? l1.iv : l2.iv;
-	LLVMValueRef row = add(m, ic, i);
-	LLVMValueRef x = operand_at(m, m->av, b, clamp ? imin(m, row, mlast) : row, add(m, pc, kk));
-	if (clamp)
-		x = or_zero(m, LLVMBuildICmp(BB, LLVMIntSLT, row, m->M, ""), x);
-	store_elem(m, at(m, m->ap, add(m, mul(m, i, c64(m, m->lda)), kk)), x);
+	LLVMValueRef row = add(m, ic, l1.iv);
+	LLVMValueRef x = operand_at(m, m->av, b, imin(m, row, mlast), add(m, pc, l2.iv));
+	x = or_zero(m, LLVMBuildICmp(BB, LLVMIntSLT, row, m->M, ""), x);
+	store_elem(m, at(m, m->ap, add(m, mul(m, l1.iv, c64(m, m->lda)), l2.iv)), x);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l2);
-	if (rows_inner)
-		no_vectorize(m, &l2);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l1);
 }
 
-/* Packs A[b, ic : ic + nir*MR, pc : pc + kl] into Ap. Rows innermost: the
- * rows < M, then the padding rows of the last micro-panel (if any), so that
- * the full rows index without clamping. */
+/* Packs micro-panels [ir0, ir1) of the tile into Ap as [k][MR] (panel ir at
+ * ir * KC*MR): k outside, then the panels, then MR rows unrolled, so the
+ * reads of an A contiguous along M run along its rows MC elements at a
+ * time and every panel is written in order. With `clamp` (the last,
+ * partial panel) rows >= M read row M-1 and store 0. */
+static void pack_a_panels(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef ir0, LLVMValueRef ir1,
+                          LLVMValueRef pc, LLVMValueRef kl, bool clamp)
+{
+	fj_cg *cg = m->cg;
+	fj_rg *r = m->r;
+	LLVMValueRef mlast = LLVMBuildNSWSub(BB, m->M, c64(m, 1), "");
+	fj_cg_loop lk, lr;
+	fj_cg_loop_begin(cg, &lk, c64(m, 0), kl, "apk");
+	LLVMValueRef col = add(m, pc, lk.iv);
+	fj_cg_loop_begin(cg, &lr, ir0, ir1, "apr");
+	LLVMValueRef dst = at(m, m->ap, add(m, mul(m, lr.iv, c64(m, m->a_ps)), mul(m, lk.iv, c64(m, m->mr))));
+	LLVMValueRef row0 = add(m, ic, mul(m, lr.iv, c64(m, m->mr)));
+	for (int ii = 0; ii < m->mr; ii++) {
+		fj_rg_scope_push(r);
+		LLVMValueRef row = add(m, row0, c64(m, ii));
+		LLVMValueRef x = operand_at(m, m->av, b, clamp ? imin(m, row, mlast) : row, col);
+		if (clamp)
+			x = or_zero(m, LLVMBuildICmp(BB, LLVMIntSLT, row, m->M, ""), x);
+		store_elem(m, at(m, dst, c64(m, ii)), x);
+		fj_rg_scope_pop(r);
+	}
+	fj_cg_loop_end(cg, &lr);
+	fj_cg_loop_end(cg, &lk);
+}
+
+/* Packs A[b, ic : ic + nir*MR, pc : pc + kl] into Ap. As panels: the full
+ * ones (every row < M), then the partial one (if any), so that the full
+ * ones index without clamping. */
 static void pack_a(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef nir, LLVMValueRef pc, LLVMValueRef kl)
 {
-	bool rows_inner = fast_dim(m, m->av, 0) == m->rank - 2;
-	LLVMValueRef rows = mul(m, nir, c64(m, m->mr));
-	if (!rows_inner) { /* the clamp is invariant in the inner loop: one loop nest */
-		pack_a_rows(m, b, ic, c64(m, 0), rows, pc, kl, true, false);
+	if (!m->apanel) { /* the clamp is invariant in the inner loop: one loop nest */
+		pack_a_rows(m, b, ic, c64(m, 0), mul(m, nir, c64(m, m->mr)), pc, kl);
 		return;
 	}
-	LLVMValueRef full = imin(m, rows, LLVMBuildNSWSub(BB, m->M, ic, ""));
-	pack_a_rows(m, b, ic, c64(m, 0), full, pc, kl, false, true);
-	pack_a_rows(m, b, ic, full, rows, pc, kl, true, true);
+	LLVMValueRef nfull = imin(m, nir, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->M, ic, ""), c64(m, m->mr), ""));
+	pack_a_panels(m, b, ic, c64(m, 0), nfull, pc, kl, false);
+	pack_a_panels(m, b, ic, nfull, nir, pc, kl, true);
 }
 
 /* ---- the micro-kernel ---- */
@@ -360,8 +396,8 @@ static LLVMValueRef vfma(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
 	return LLVMBuildCall2(BB, fty, f, args, 3, "");
 }
 
-/* Cb[MR x NR at c] (= 0 when `first`) += Ap micro-panel a (MR rows of kl,
- * LDA apart) x Bp micro-panel b (kl x NR). The accumulators are variables:
+/* Cb[MR x NR at c] (= 0 when `first`) += Ap micro-panel a (MR rows of kl:
+ * rows a_is, k's a_ks elements apart) x Bp micro-panel b (kl x NR). The accumulators are variables:
  * SROA makes them registers (loop phis). */
 static void micro(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, LLVMValueRef kl, LLVMValueRef first)
 {
@@ -379,12 +415,12 @@ static void micro(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, LLVMVal
 	fj_cg_loop lk;
 	fj_cg_loop_begin(cg, &lk, c64(m, 0), kl, "mk");
 	LLVMValueRef bk = at(m, b, mul(m, lk.iv, c64(m, m->nr)));
-	LLVMValueRef ak = at(m, a, lk.iv);
+	LLVMValueRef ak = at(m, a, mul(m, lk.iv, c64(m, m->a_ks)));
 	LLVMValueRef bvec[8];
 	for (int v = 0; v < m->nrv; v++)
 		bvec[v] = vload(m, at(m, bk, c64(m, v * m->w)));
 	for (int i = 0; i < m->mr; i++) {
-		LLVMValueRef x = LLVMBuildLoad2(BB, m->et, at(m, ak, c64(m, (int64_t)i * m->lda)), "");
+		LLVMValueRef x = LLVMBuildLoad2(BB, m->et, at(m, ak, c64(m, (int64_t)i * m->a_is)), "");
 		LLVMSetAlignment(x, (unsigned)m->esz);
 		LLVMValueRef xs = splat(m, x);
 		for (int v = 0; v < m->nrv; v++) {
@@ -409,7 +445,7 @@ static void macro(mm *m, LLVMValueRef nir, LLVMValueRef njr, LLVMValueRef pc, LL
 	LLVMValueRef bpan = at(m, m->bp, add(m, mul(m, lj.iv, mul(m, m->K, c64(m, m->nr))), mul(m, pc, c64(m, m->nr))));
 	LLVMValueRef ccol = mul(m, lj.iv, c64(m, m->nr));
 	fj_cg_loop_begin(cg, &li, c64(m, 0), nir, "ir");
-	LLVMValueRef apan = at(m, m->ap, mul(m, li.iv, c64(m, (int64_t)m->lda * m->mr)));
+	LLVMValueRef apan = at(m, m->ap, mul(m, li.iv, c64(m, m->a_ps)));
 	LLVMValueRef cptr = at(m, m->cb, add(m, mul(m, li.iv, c64(m, (int64_t)m->mr * m->nc)), ccol));
 	micro(m, apan, bpan, cptr, kl, LLVMBuildICmp(BB, LLVMIntEQ, pc, c64(m, 0), ""));
 	fj_cg_loop_end(cg, &li);

@@ -398,6 +398,9 @@ START_TEST(matmul)
 	CASE(.src = "graph @f(%x: f16[2,300,37], %y: f16[2,50,300]) {\n  %a = aten.transpose(%x) {dim0=1, dim1=2}\n"
 	            "  %b = aten.transpose(%y) {dim0=1, dim1=2}\n  %c = aten.bmm(%a, %b)\n  return %c\n}\n",
 	     .sched = "matmul");
+	CASE(.src = "graph @f(%x: f64[600,5], %dy: f64[600,9]) {\n  %t = aten.t(%x)\n  %w = aten.mm(%t, %dy)\n"
+	            "  %y = aten.mul(%w, 2.0)\n  return %y\n}\n",
+	     .sched = "matmul");
 	CASE(.src = "graph @f(%a: f64[50,700], %b: f64[700,40]) {\n  %c = aten.mm(%a, %b)\n  %t = aten.tanh(%c)\n"
 	            "  return %t\n}\n",
 	     .sched = "matmul");
