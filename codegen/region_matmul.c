@@ -25,9 +25,10 @@
  *   Cb  the tile's accumulators, MC x NC (f32, or f64 for f64 matmuls).
  * The packing loops run the operand's unit-stride dim innermost when its
  * layout is known (fast_dim: a region operand, through transposes and
- * converts), so a transposed operand (linear's weight, X^T in X^T dY) is
- * read along its unit stride too (its stores are then strided: that loop is
- * kept scalar, cheaper than scatters, and blocked to stay in L1); where the
+ * converts), so a transposed B (linear's weight) is read along its unit stride too
+ * (its stores are then strided: that loop is kept scalar, cheaper than
+ * scatters, and blocked to stay in L1; a transposed A changes Ap's layout
+ * instead, see above); where the
  * clamping of partial panels is on the inner index, full panels get their
  * own loop without it, so that unit-stride reads stay vector loads.
  * The micro-kernel keeps an MR x NR block of Cb in registers (MR * NR/W
