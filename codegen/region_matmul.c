@@ -25,12 +25,12 @@
  *   Cb  the tile's accumulators, MC x NC (f32, or f64 for f64 matmuls).
  * The packing loops run the operand's unit-stride dim innermost when its
  * layout is known (fast_dim: a region operand, through transposes and
- * converts), so a transposed B (linear's weight) is read along its unit stride too
- * (its stores are then strided: that loop is kept scalar, cheaper than
- * scatters, and blocked to stay in L1; a transposed A changes Ap's layout
- * instead, see above); where the
- * clamping of partial panels is on the inner index, full panels get their
- * own loop without it, so that unit-stride reads stay vector loads.
+ * converts), so a transposed B (linear's weight) is read along its unit
+ * stride too (its stores are then strided: that loop is kept scalar,
+ * cheaper than scatters, and blocked to stay in L1; a transposed A changes
+ * Ap's layout instead, see above); where the clamping of partial panels is
+ * on the inner index, full panels get their own loop without it, so that
+ * unit-stride reads stay vector loads.
  * The micro-kernel keeps an MR x NR block of Cb in registers (MR * NR/W
  * vectors of W lanes: 12 x 2 x <16 x float> with AVX-512's 32 registers,
  * 6 x 2 x <8 x float> with AVX2's 16) and, per k, loads NR/W vectors of B,
@@ -398,8 +398,8 @@ static LLVMValueRef vfma(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
 }
 
 /* Cb[MR x NR at c] (= 0 when `first`) += Ap micro-panel a (MR rows of kl:
- * rows a_is, k's a_ks elements apart) x Bp micro-panel b (kl x NR). The accumulators are variables:
- * SROA makes them registers (loop phis). */
+ * rows a_is, k's a_ks elements apart) x Bp micro-panel b (kl x NR). The
+ * accumulators are variables: SROA makes them registers (loop phis). */
 static void micro(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, LLVMValueRef kl, LLVMValueRef first)
 {
 	fj_cg *cg = m->cg;

@@ -88,7 +88,9 @@
  *   1. classify nodes; use lists of the live nodes; union-find over nodes,
  *      each region a sorted member list;
  *   2. vertical: for each node in order, try to merge its region with the
- *      region of each producer (operand order); repeat to a fixed point;
+ *      region of each producer (operand order; a matmul, with its layout
+ *      producers, and those that only matmuls read are left to them, L1);
+ *      repeat to a fixed point;
  *   3. horizontal: regions that read the same input (a parameter or an outer
  *      value, directly or through free copies) are merged when legal, and so
  *      are reduction regions over the same (D, K); then step 2 again, until
@@ -800,10 +802,6 @@ static bool try_merge(fuser *f, uint32_t x, uint32_t y)
 
 /* ---- the merging rounds ---- */
 
-/* Producer-consumer merges, in node order, to a fixed point. A failed check
- * can only succeed later if one of its two regions has grown since (others'
- * merges only add paths): edges whose regions are both older than the last
- * sweep's start are skipped. */
 /* Is node i a layout op that matmuls alone read (not returned)? Its
  * producer's kernel does not take it: the matmul reads the producer's
  * result through it in place (L1). */
@@ -819,6 +817,10 @@ static bool matmul_prologue(fuser *f, uint32_t i)
 	return f->ustart[v] < f->ustart[v + 1];
 }
 
+/* Producer-consumer merges, in node order, to a fixed point. A failed check
+ * can only succeed later if one of its two regions has grown since (others'
+ * merges only add paths): edges whose regions are both older than the last
+ * sweep's start are skipped. */
 static bool vertical(fuser *f)
 {
 	bool any = false, changed = true;
