@@ -471,6 +471,37 @@ def _out_types(prog):
     return out
 
 
+_NAME = r"[A-Za-z0-9_.]+"
+
+
+def _saved_inputs_dropped(text, graph, nout, nparams):
+    """The min-cut partition saves inputs for the backward (it recomputes from them):
+    @graph returns them after its nout outputs, and a compiled program would copy each
+    into an output tensor. Returns the module's text with those results dropped from
+    @graph's return and, per original result, the index of the parameter it is (None
+    for a computed one); (None, None) when there is nothing to drop. The forward's call
+    puts the inputs themselves back, as AOTAutograd's own partitioner does."""
+    lines = text.split("\n")
+    head = next((i for i, l in enumerate(lines) if l.startswith("graph @" + graph + "(")), None)
+    ret = None
+    for i in range(head + 1 if head is not None else len(lines), len(lines)):
+        if lines[i].startswith("  return ") or lines[i] == "}":
+            ret = i if lines[i] != "}" else None
+            break
+    if ret is None:
+        return None, None
+    params = re.findall(r"%(" + _NAME + r"):", lines[head])
+    results = [r.strip()[1:] for r in lines[ret][len("  return "):].split(",")]
+    if len(params) != nparams:
+        return None, None
+    where = [params.index(r) if i >= nout and r in params else None for i, r in enumerate(results)]
+    kept = [r for r, p in zip(results, where) if p is None]
+    if not kept or len(kept) == len(results):
+        return None, None
+    lines[ret] = "  return " + ", ".join("%" + r for r in kept)
+    return "\n".join(lines), where
+
+
 def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
     ctx = context()
     primals, second = joint_inputs
@@ -497,9 +528,12 @@ def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
                                       graph_attrs={"num_fwd_outputs": K})
     m = ctx.parse(text, "aot_joint.fj")
     m.run_pipeline(TRAIN_PIPELINE)
-    fw = ctx.compile(m, executor=executor, graph="f.fw", pipeline="verify", threads=_threads())
+    fw_text, where = _saved_inputs_dropped(str(m), "f.fw", K, nprim)
+    m_fw = ctx.parse(fw_text, "aot_joint.fj") if fw_text is not None else m
+    fw = ctx.compile(m_fw, executor=executor, graph="f.fw", pipeline="verify", threads=_threads())
     bw = ctx.compile(m, executor=executor, graph="f.bw", pipeline="verify", threads=_threads())
-    nsaved = len(fw.info["output"]) - K
+    where = where or [None] * len(fw.info["output"])
+    nsaved = len(where) - K
     fw_call = TensorCall(fw, _out_types(fw), device)
     pos, k = [], 0
     for g in grads:
@@ -507,7 +541,8 @@ def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
         k += g is not None
 
     def fusejit_fw(*args):
-        return tuple(fw_call(*args))
+        res = iter(fw_call(*args))
+        return tuple(args[p] if p is not None else next(res) for p in where)
 
     bw_call = TensorCall(bw, _out_types(bw), device)
 
