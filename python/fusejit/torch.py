@@ -484,9 +484,11 @@ def _saved_inputs_dropped(text, graph, nout, nparams):
     lines = text.split("\n")
     head = next((i for i, l in enumerate(lines) if l.startswith("graph @" + graph + "(")), None)
     ret = None
-    for i in range(head + 1 if head is not None else len(lines), len(lines)):
-        if lines[i].startswith("  return ") or lines[i] == "}":
-            ret = i if lines[i] != "}" else None
+    for i in range(head + 1, len(lines)) if head is not None else ():
+        if lines[i] == "}":  # the graph's end: no return line
+            break
+        if lines[i].startswith("  return "):
+            ret = i
             break
     if ret is None:
         return None, None
