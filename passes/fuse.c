@@ -133,6 +133,7 @@ typedef struct fuser {
 	fj_graph *g;
 	uint32_t nn, nv;
 	uint8_t *cls;      /* per node: NC_* */
+	bool *flayout;     /* per free node: a copy of layout, convert and source ops only */
 	uint8_t *rflags;   /* per region root: RF_* */
 	uint32_t *parent;  /* union-find */
 	uint32_t *next;    /* member lists, sorted by node index */
@@ -352,8 +353,10 @@ static fj_status classify(fuser *f, const bool *live)
 			if (p != FJ_NONODE && !fr[p])
 				fr[i] = false;
 		}
-		if (fr[i])
+		if (fr[i]) {
 			f->cls[i] = NC_FREE;
+			f->flayout[i] = di[i].layout;
+		}
 	}
 	return FJ_OK;
 }
@@ -384,24 +387,12 @@ static uint8_t opnd_flag(fuser *f, fj_vid v, uint32_t a, uint32_t b)
 	return d != FJ_NONODE && in_pair(f, d, a, b) ? f->flag[d] : 0;
 }
 
-/* Is node d, if free, a copy of layout, convert and source ops only (of
- * parameters, at most 8 deep)? A matmul's prologue may read such copies,
- * never a recomputed pointwise cone: the packing would evaluate it once
- * per tile. */
-static bool layout_copy(fuser *f, uint32_t d, int depth)
+/* May a matmul's prologue read node d? Any node but a free copy of a
+ * pointwise cone (a copy of layout, convert and source ops is fine): the
+ * packing would evaluate the cone once per tile. */
+static bool layout_copy(fuser *f, uint32_t d)
 {
-	if (f->cls[d] != NC_FREE)
-		return true;
-	const fj_node *n = &f->g->nodes[d];
-	uint32_t fl = op_flags(f, d);
-	if (depth == 8 || !((fl & (FJ_OPF_LAYOUT | FJ_OPF_SOURCE)) || n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE))
-		return false;
-	for (uint32_t o = 0; o < n->nopnds; o++) {
-		uint32_t p = def_node(f->g, n->opnds[o]);
-		if (p != FJ_NONODE && !layout_copy(f, p, depth + 1))
-			return false;
-	}
-	return true;
+	return f->cls[d] != NC_FREE || f->flayout[d];
 }
 
 static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
@@ -432,7 +423,7 @@ static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 				return false;
 			for (uint32_t o = 0; o < n->nopnds; o++) {
 				uint32_t d = def_node(g, n->opnds[o]);
-				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !layout_copy(f, d, 0)))
+				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !layout_copy(f, d)))
 					return false;
 			}
 			f->flag[ni] = 2;
@@ -1410,6 +1401,7 @@ static fj_status fuse_graph(fj_module *m, fj_graph *g, uint32_t *nkernels, bool 
 		goto out;
 	uint32_t nn = f.nn, nv = f.nv;
 	f.cls = fz_alloc(&f, nn);
+	f.flayout = fz_alloc(&f, nn);
 	f.rflags = fz_alloc(&f, nn);
 	f.parent = fz_alloc(&f, nn * sizeof *f.parent);
 	f.next = fz_alloc(&f, nn * sizeof *f.next);
