@@ -128,8 +128,9 @@ void fj_rh_vector_width(hctx *h, fj_cg_loop *l, int interleave)
 		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, en, 2);
 	}
 	if (interleave >= 2) {
-		/* reduction loops: independent partial accumulators hide the latency
-		 * of the loop-carried chain (NaN-propagating max is ~4 ops deep) */
+		/* independent copies of the body (FJ_RH_INTERLEAVE): reductions get
+		 * partial accumulators for their loop-carried chain (NaN-propagating
+		 * max is ~4 ops deep), every loop overlapping chains of math */
 		LLVMMetadataRef ic[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.interleave.count", 26),
 		                         LLVMValueAsMetadata(fj_cg_i32(cg, interleave))};
 		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, ic, 2);
@@ -242,7 +243,7 @@ void fj_rh_knest_end(hctx *h, knest *kn, bool innermost)
 	for (int i = kn->n - 1; i >= 0; i--) {
 		fj_cg_loop_end(h->cg, &kn->l[i]);
 		if (innermost && i == kn->n - 1)
-			fj_rh_vector_width(h, &kn->l[i], 0);
+			fj_rh_vector_width(h, &kn->l[i], FJ_RH_INTERLEAVE);
 	}
 }
 
