@@ -22,10 +22,13 @@
  *             biases, constants, casts of inputs and x_hat-like values are
  *             thus recomputed where they are needed, never written to memory
  *             to be read back (recomputing reads only inputs, which exist
- *             anyway). Matmul, take, gather and scatter regions take layout
- *             copies only: they say how an operand is read (a transposed
- *             weight, an index broadcast to [N,1]); the opaque op stays the
- *             region's only computation besides a matmul's epilogue.
+ *             anyway). Take, gather and scatter regions take layout copies
+ *             only: they say how an operand is read (an index broadcast to
+ *             [N,1]); the opaque op stays the region's only computation. A
+ *             matmul region takes layout copies (a transposed weight) and
+ *             pointwise ones within the prologue budget (the cost rule at
+ *             PROLOGUE_BUDGET: cost per element times the evaluations the
+ *             packing makes), evaluated while packing its operands.
  *
  * Legality: the rules every region obeys (checked on the candidate union
  * before each merge; a region is the set of its members, in node order).
@@ -36,8 +39,9 @@
  *      prologue is layout ops read by the matmul (or by each other) alone:
  *      how an operand computed by another kernel is read, X^T in the weight
  *      gradient X^T dY, which the packing reads in place instead of a
- *      transpose kernel writing it out; no computation is recomputed per
- *      packed panel.
+ *      transpose kernel writing it out; no computation of another kernel's
+ *      value, which would be repeated per packed panel, and free copies
+ *      only within the prologue budget.
  *   L2 Iteration space: a region with reductions has a domain D (a shape) and
  *      a set K of reduced dims: every reduction of the region reduces exactly
  *      the dims K of an operand of shape exactly D (e.g. f32[N,4096] over
@@ -112,12 +116,14 @@
  * References: nvFuser's segmenter, TorchInductor's scheduler (fusion
  * legality, horizontal fusion), XLA's instruction fusion (producer-consumer
  * merging with a cycle check). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/pass.h"
 #include "passes/rebuild.h"
+#include "passes/recompute.h"
 
 enum { NC_DEAD, NC_OUTSIDE, NC_FUSIBLE, NC_FREE, NC_MATMUL, NC_SOLO };
 enum { RF_MATMUL = 1, RF_SOLO = 2 };
@@ -133,7 +139,7 @@ typedef struct fuser {
 	fj_graph *g;
 	uint32_t nn, nv;
 	uint8_t *cls;      /* per node: NC_* */
-	bool *flayout;     /* per free node: a copy of layout, convert and source ops only */
+	uint16_t *fcost;   /* per free node: its copy's cost per element (op_cost, summed) */
 	uint8_t *rflags;   /* per region root: RF_* */
 	uint32_t *parent;  /* union-find */
 	uint32_t *next;    /* member lists, sorted by node index */
@@ -254,8 +260,70 @@ typedef struct dupinfo {
 	bool layout;  /* ... through layout, convert and source ops only */
 	uint8_t nleaves;
 	uint16_t cone;
+	uint16_t cost; /* op_cost over the cone (saturating) */
 	fj_vid leaves[MAX_FREE_LEAVES];
 } dupinfo;
+
+/* The cost rule of matmul prologues. A copy evaluated while packing an
+ * operand runs once per element per tile that reads it: an element of A
+ * (M x K) once per tile of C's columns, one of B (K x N) once per tile of
+ * C's rows. The pass counts ceil(N / 64) and ceil(M / 64) evaluations: the
+ * GPU's tensor-core tiles are 64 wide, the host's C tiles 128 or 256 wide
+ * (fewer evaluations; B is even packed once per column tile). The GPU's
+ * 16 x 16 SIMT tiles (f32) evaluate 4x as often, on a device with ~3x a
+ * host core's arithmetic per byte of memory. A copy whose cost per element
+ * (op_cost, summed over its cone) times that count is at most
+ * PROLOGUE_BUDGET goes into the packing; a dearer one is computed once, by
+ * its own kernel, into memory. The budget is what materializing costs
+ * instead: a kernel writing the value and the matmul reading it back, two
+ * memory passes over the element, ~50 arithmetic steps per element on a
+ * 2-vCPU host (8 bytes at ~10 GB/s against 8-lane vectors at ~3 a cycle),
+ * more on a GPU; the budget takes a third of it. */
+enum { MM_TILE = 64, PROLOGUE_BUDGET = 16 };
+
+/* The cost of op per element, in arithmetic steps: layout, source and
+ * conversion ops 0 (an index computation or a cast), the cheap arithmetic
+ * 1, division and square roots 4, transcendental functions 16 (the host's
+ * polynomials are 20-40 steps, libdevice's similar). */
+static uint16_t op_cost(const fuser *f, const fj_node *n)
+{
+	uint32_t fl = fj_op_info(f->ctx, n->op)->flags;
+	if ((fl & (FJ_OPF_LAYOUT | FJ_OPF_SOURCE)) || n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE)
+		return 0;
+	switch (n->op) {
+	case FJ_OP_PRIMS_DIV: case FJ_OP_PRIMS_SQRT: case FJ_OP_PRIMS_RSQRT: case FJ_OP_PRIMS_RECIPROCAL:
+	case FJ_OP_PRIMS_FMOD: case FJ_OP_PRIMS_REMAINDER:
+		return 4;
+	case FJ_OP_PRIMS_EXP: case FJ_OP_PRIMS_EXP2: case FJ_OP_PRIMS_EXPM1: case FJ_OP_PRIMS_LOG:
+	case FJ_OP_PRIMS_LOG2: case FJ_OP_PRIMS_LOG10: case FJ_OP_PRIMS_LOG1P: case FJ_OP_PRIMS_SIN:
+	case FJ_OP_PRIMS_COS: case FJ_OP_PRIMS_TAN: case FJ_OP_PRIMS_TANH: case FJ_OP_PRIMS_SINH:
+	case FJ_OP_PRIMS_COSH: case FJ_OP_PRIMS_ASIN: case FJ_OP_PRIMS_ACOS: case FJ_OP_PRIMS_ATAN:
+	case FJ_OP_PRIMS_ASINH: case FJ_OP_PRIMS_ACOSH: case FJ_OP_PRIMS_ATANH: case FJ_OP_PRIMS_ERF:
+	case FJ_OP_PRIMS_ERFC: case FJ_OP_PRIMS_POW: case FJ_OP_PRIMS_ATAN2:
+		return 16;
+	default:
+		return 1;
+	}
+}
+
+/* How often packing evaluates an element of matmul k's operand v (A, B or
+ * both: the larger), by the rule above; symbolic sizes count as
+ * FJ_SYM_WEIGHT. */
+static double mm_evals(const fuser *f, uint32_t k, fj_vid v)
+{
+	const fj_node *n = &f->g->nodes[k];
+	const fj_type *t = &f->g->values[n->res[0]].type;
+	double e = 1;
+	for (int o = 0; o < 2 && o < (int)n->nopnds && t->rank >= 2; o++) {
+		if (n->opnds[o] != v)
+			continue;
+		fj_dim d = t->dims[t->rank - 1 - o]; /* A: N, B: M */
+		double x = fj_dim_is_static(d) ? (double)d : FJ_SYM_WEIGHT;
+		double c = ceil(x / MM_TILE);
+		e = c > e ? c : e;
+	}
+	return e;
+}
 
 static bool add_leaf(dupinfo *d, fj_vid v)
 {
@@ -295,6 +363,7 @@ static fj_status classify(fuser *f, const bool *live)
 		d->dup = cheap || (fl & FJ_OPF_POINTWISE);
 		d->layout = cheap;
 		d->cone = 1;
+		d->cost = op_cost(f, n);
 		bool leaves_ok = true;
 		for (uint32_t k = 0; k < n->nopnds && d->dup; k++) {
 			fj_vid v = n->opnds[k];
@@ -311,6 +380,7 @@ static fj_status classify(fuser *f, const bool *live)
 			}
 			d->layout = d->layout && o->layout;
 			d->cone = (uint16_t)(d->cone + o->cone < 4096 ? d->cone + o->cone : 4096);
+			d->cost = (uint16_t)(d->cost + o->cost < 4096 ? d->cost + o->cost : 4096);
 			if (o->nleaves > MAX_FREE_LEAVES)
 				leaves_ok = false;
 			for (uint32_t j = 0; j < o->nleaves && j < MAX_FREE_LEAVES; j++)
@@ -322,8 +392,8 @@ static fj_status classify(fuser *f, const bool *live)
 			d->dup = false;
 	}
 	/* Free: duplicable, not returned, every consumer in a region that may
-	 * take a copy: any fusible node; an opaque one only for layout copies
-	 * (backwards). */
+	 * take a copy: any fusible node; a matmul a copy within the prologue
+	 * budget; other opaque ones only layout copies (backwards). */
 	bool *fr = fz_alloc(f, f->nn);
 	if (!fr)
 		return FJ_ERR_NOMEM;
@@ -337,8 +407,10 @@ static fj_status classify(fuser *f, const bool *live)
 			if (f->returned[v])
 				ok = false;
 			for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1] && ok; u++) {
-				uint8_t c = f->cls[f->ulist[u]];
-				ok = c == NC_FUSIBLE || ((c == NC_MATMUL || c == NC_SOLO) && di[i].layout);
+				uint32_t k = f->ulist[u];
+				uint8_t c = f->cls[k];
+				ok = c == NC_FUSIBLE || ((c == NC_MATMUL || c == NC_SOLO) && di[i].layout) ||
+				     (c == NC_MATMUL && di[i].cost * mm_evals(f, k, v) <= PROLOGUE_BUDGET);
 			}
 		}
 		fr[i] = ok;
@@ -355,7 +427,7 @@ static fj_status classify(fuser *f, const bool *live)
 		}
 		if (fr[i]) {
 			f->cls[i] = NC_FREE;
-			f->flayout[i] = di[i].layout;
+			f->fcost[i] = di[i].cost;
 		}
 	}
 	return FJ_OK;
@@ -387,18 +459,38 @@ static uint8_t opnd_flag(fuser *f, fj_vid v, uint32_t a, uint32_t b)
 	return d != FJ_NONODE && in_pair(f, d, a, b) ? f->flag[d] : 0;
 }
 
-/* May a matmul's prologue read node d? Any node but a free copy of a
- * pointwise cone (a copy of layout, convert and source ops is fine): the
- * packing would evaluate the cone once per tile. */
-static bool layout_copy(fuser *f, uint32_t d)
+/* How often matmul mk's packing evaluates an element of v, a prologue
+ * value of the candidate: through its layout consumers down to the matmul
+ * (the larger count where it reaches both operands). */
+static double prologue_evals(fuser *f, fj_vid v, uint32_t mk, int depth)
 {
-	return f->cls[d] != NC_FREE || f->flayout[d];
+	double e = 1;
+	for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1]; u++) {
+		uint32_t c = f->ulist[u];
+		double x = c == mk ? mm_evals(f, mk, v)
+		         : depth < 8 && f->g->nodes[c].nres == 1 ? prologue_evals(f, f->g->nodes[c].res[0], mk, depth + 1)
+		                                                  : FJ_SYM_WEIGHT;
+		e = x > e ? x : e;
+	}
+	return e;
+}
+
+/* May a matmul's prologue, evaluated `evals` times per element, read node
+ * d? Any node but a free copy over the prologue budget (layout, convert and
+ * source ops cost nothing). */
+static bool prologue_copy(fuser *f, uint32_t d, double evals)
+{
+	return f->cls[d] != NC_FREE || f->fcost[d] * evals <= PROLOGUE_BUDGET;
 }
 
 static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 {
 	fj_graph *g = f->g;
 	const fj_type *mt = NULL;
+	uint32_t mk = FJ_NONODE;
+	for (uint32_t i = 0; i < k; i++)
+		if (g->nodes[f->mem[i]].op == FJ_OP_PRIMS_MATMUL)
+			mk = f->mem[i];
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t ni = f->mem[i];
 		const fj_node *n = &g->nodes[ni];
@@ -419,11 +511,12 @@ static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 				if (!in_pair(f, c, a, b) || !(g->nodes[c].op == FJ_OP_PRIMS_MATMUL || (op_flags(f, c) & FJ_OPF_LAYOUT)))
 					return false;
 			}
-			if (f->returned[v])
+			if (f->returned[v] || mk == FJ_NONODE)
 				return false;
+			double evals = prologue_evals(f, v, mk, 0);
 			for (uint32_t o = 0; o < n->nopnds; o++) {
 				uint32_t d = def_node(g, n->opnds[o]);
-				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !layout_copy(f, d)))
+				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !prologue_copy(f, d, evals)))
 					return false;
 			}
 			f->flag[ni] = 2;
@@ -1401,7 +1494,7 @@ static fj_status fuse_graph(fj_module *m, fj_graph *g, uint32_t *nkernels, bool 
 		goto out;
 	uint32_t nn = f.nn, nv = f.nv;
 	f.cls = fz_alloc(&f, nn);
-	f.flayout = fz_alloc(&f, nn);
+	f.fcost = fz_alloc(&f, nn * sizeof *f.fcost);
 	f.rflags = fz_alloc(&f, nn);
 	f.parent = fz_alloc(&f, nn * sizeof *f.parent);
 	f.next = fz_alloc(&f, nn * sizeof *f.next);
