@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <llvm-c/DebugInfo.h>
 #include <llvm-c/Target.h>
 
 #include "codegen/cg.h"
@@ -401,6 +402,40 @@ void fj_cg_loop_end(fj_cg *cg, fj_cg_loop *l)
 	/* Keep blocks in a readable order: the exit after everything so far. */
 	LLVMMoveBasicBlockAfter(l->exit, l->latch);
 	LLVMPositionBuilderAtEnd(cg->b, l->exit);
+}
+
+void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave)
+{
+	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
+	if (!br || (width < 2 && interleave < 2))
+		return;
+	LLVMMetadataRef tmp = LLVMTemporaryMDNode(cg->llctx, NULL, 0);
+	LLVMMetadataRef ops[5] = {tmp};
+	unsigned nops = 1;
+	if (width >= 2) {
+		LLVMMetadataRef wv[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.width", 25),
+		                         LLVMValueAsMetadata(fj_cg_i32(cg, width))};
+		LLVMMetadataRef en[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.enable", 26),
+		                         LLVMValueAsMetadata(LLVMConstInt(cg->t_i1, 1, 0))};
+		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, wv, 2);
+		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, en, 2);
+	}
+	if (interleave >= 2) {
+		/* independent copies of the body (FJ_CG_INTERLEAVE): reductions get
+		 * partial accumulators for their loop-carried chain (NaN-propagating
+		 * max is ~4 ops deep), every loop overlapping chains of math */
+		LLVMMetadataRef ic[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.interleave.count", 26),
+		                         LLVMValueAsMetadata(fj_cg_i32(cg, interleave))};
+		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, ic, 2);
+		/* and not fully unrolled afterwards (a static row length): the
+		 * unrolled reassociable sum is rebuilt as one serial chain */
+		LLVMMetadataRef ud = LLVMMDStringInContext2(cg->llctx, "llvm.loop.unroll.disable", 24);
+		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, &ud, 1);
+	}
+	LLVMMetadataRef node = LLVMMDNodeInContext2(cg->llctx, ops, nops);
+	LLVMMetadataReplaceAllUsesWith(tmp, node);
+	unsigned kind = LLVMGetMDKindIDInContext(cg->llctx, "llvm.loop", 9);
+	LLVMSetMetadata(br, kind, LLVMMetadataAsValue(cg->llctx, node));
 }
 
 void fj_cg_if_begin(fj_cg *cg, fj_cg_if *c, LLVMValueRef cond)

@@ -168,6 +168,20 @@ typedef struct fj_cg_loop {
  * body; end closes it and leaves the builder after the loop. */
 void fj_cg_loop_begin(fj_cg *cg, fj_cg_loop *l, LLVMValueRef lo, LLVMValueRef hi, const char *name);
 void fj_cg_loop_end(fj_cg *cg, fj_cg_loop *l);
+/* Hints for LLVM's loop vectoriser on a closed loop: a vector width (< 2:
+ * its cost model's choice) and an interleave count (< 2: its choice; else
+ * that many vector iterations side by side, and no unrolling after). */
+void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave);
+
+/* The interleave of the host loops that evaluate a region per element
+ * (stores, row reductions, a matmul's epilogue): four independent copies of
+ * the vector body side by side. The polynomial math is a long dependent
+ * chain (tanh, exp: ~20 steps of 3-4 cycles); with one copy, an
+ * out-of-order core's window fills with steps waiting on their operands and
+ * the units idle (llvm-mca on Zen 3: the chain benchmark's loop 73% bound by
+ * register dependencies, 1.3 instructions a cycle). Reductions get as many
+ * partial accumulators. */
+enum { FJ_CG_INTERLEAVE = 4 };
 /* if (cond) { ... } [else { ... }] */
 typedef struct fj_cg_if {
 	LLVMBasicBlockRef then_bb, else_bb, join_bb;

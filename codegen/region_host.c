@@ -113,36 +113,7 @@ void fj_rh_vector_width(hctx *h, fj_cg_loop *l, int interleave)
 	 * itself; for f16/bf16 data (computed in f32) it picks 4 lanes, the
 	 * conversions priced high: there the register width is asked for. */
 	int width = bits && h->vec && half ? bits / (dbl ? 64 : 32) : 0;
-	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
-	if (!br || (width < 2 && interleave < 2))
-		return;
-	LLVMMetadataRef tmp = LLVMTemporaryMDNode(cg->llctx, NULL, 0);
-	LLVMMetadataRef ops[5] = {tmp};
-	unsigned nops = 1;
-	if (width >= 2) {
-		LLVMMetadataRef wv[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.width", 25),
-		                         LLVMValueAsMetadata(fj_cg_i32(cg, width))};
-		LLVMMetadataRef en[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.enable", 26),
-		                         LLVMValueAsMetadata(LLVMConstInt(cg->t_i1, 1, 0))};
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, wv, 2);
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, en, 2);
-	}
-	if (interleave >= 2) {
-		/* independent copies of the body (FJ_RH_INTERLEAVE): reductions get
-		 * partial accumulators for their loop-carried chain (NaN-propagating
-		 * max is ~4 ops deep), every loop overlapping chains of math */
-		LLVMMetadataRef ic[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.interleave.count", 26),
-		                         LLVMValueAsMetadata(fj_cg_i32(cg, interleave))};
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, ic, 2);
-		/* and not fully unrolled afterwards (a static row length): the
-		 * unrolled reassociable sum is rebuilt as one serial chain */
-		LLVMMetadataRef ud = LLVMMDStringInContext2(cg->llctx, "llvm.loop.unroll.disable", 24);
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, &ud, 1);
-	}
-	LLVMMetadataRef node = LLVMMDNodeInContext2(cg->llctx, ops, nops);
-	LLVMMetadataReplaceAllUsesWith(tmp, node);
-	unsigned kind = LLVMGetMDKindIDInContext(cg->llctx, "llvm.loop", 9);
-	LLVMSetMetadata(br, kind, LLVMMetadataAsValue(cg->llctx, node));
+	fj_cg_loop_hints(cg, l, width, interleave);
 }
 
 /* ---- output classes ---- */
@@ -243,7 +214,7 @@ void fj_rh_knest_end(hctx *h, knest *kn, bool innermost)
 	for (int i = kn->n - 1; i >= 0; i--) {
 		fj_cg_loop_end(h->cg, &kn->l[i]);
 		if (innermost && i == kn->n - 1)
-			fj_rh_vector_width(h, &kn->l[i], FJ_RH_INTERLEAVE);
+			fj_rh_vector_width(h, &kn->l[i], FJ_CG_INTERLEAVE);
 	}
 }
 

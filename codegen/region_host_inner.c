@@ -174,7 +174,7 @@ static void kblock_end(hctx *h, kblock *kb, fj_rg_acc *accs)
 	for (int i = kn->n - 1; i >= 0; i--) {
 		fj_cg_loop_end(h->cg, &kn->l[i]);
 		if (i == kn->n - 1) {
-			fj_rh_vector_width(h, &kn->l[i], FJ_RH_INTERLEAVE);
+			fj_rh_vector_width(h, &kn->l[i], FJ_CG_INTERLEAVE);
 			if (kb->blocked) {
 				for (int j = 0; j < kb->nblk; j++) {
 					LLVMValueRef v[3];
@@ -508,7 +508,7 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	fj_rg_scope_pop(r);
 	if (nt || blocks) {
 		fj_cg_loop_end(h->cg, &l);
-		fj_rh_vector_width(h, &l, FJ_RH_INTERLEAVE);
+		fj_rh_vector_width(h, &l, FJ_CG_INTERLEAVE);
 		if (blocks)
 			fj_cg_loop_end(h->cg, &bl);
 	} else {

@@ -52,17 +52,8 @@ static inline LLVMValueRef elem(hctx *h, LLVMTypeRef ty, LLVMValueRef arr, LLVMV
 /* ---- vector width and output classes (region_host.c) ---- */
 
 /* Vectorise loop l with the region's width (see region_host.c), interleave
- * vector iterations side by side (< 2: the vectoriser's choice). */
+ * vector iterations side by side (fj_cg_loop_hints; FJ_CG_INTERLEAVE). */
 void fj_rh_vector_width(hctx *h, fj_cg_loop *l, int interleave);
-
-/* The interleave of the loops that evaluate a region per element (stores,
- * row reductions): four independent copies of the vector body side by side.
- * The polynomial math is a long dependent chain (tanh, exp: ~20 steps of 3-4
- * cycles); with one copy, an out-of-order core's window fills with steps
- * waiting on their operands and the units idle (llvm-mca on Zen 3: the chain
- * benchmark's loop 73% bound by register dependencies, 1.3 instructions a
- * cycle). Reductions get as many partial accumulators. */
-enum { FJ_RH_INTERLEAVE = 4 };
 
 enum { OUT_D = FJ_RG_SPACE_D, OUT_R = FJ_RG_SPACE_R, OUT_C = FJ_RG_SPACE_C };
 

@@ -69,7 +69,7 @@ void fj_rh_tpl_pointwise(hctx *h)
 		fj_rh_store_outputs(h, OUT_D, &p);
 		fj_rg_scope_pop(r);
 		fj_cg_loop_end(cg, &l);
-		fj_rh_vector_width(h, &l, FJ_RH_INTERLEAVE);
+		fj_rh_vector_width(h, &l, FJ_CG_INTERLEAVE);
 		return;
 	}
 	h->k->par_mask = (1u << (rank - 1)) - 1;
@@ -89,7 +89,7 @@ void fj_rh_tpl_pointwise(hctx *h)
 	fj_rh_store_outputs(h, OUT_D, &p);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lc);
-	fj_rh_vector_width(h, &lc, FJ_RH_INTERLEAVE);
+	fj_rh_vector_width(h, &lc, FJ_CG_INTERLEAVE);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lr);
 }

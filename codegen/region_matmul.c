@@ -481,6 +481,7 @@ static void epilogue(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef jc, LL
 	fj_rg_bind(r, m->mv, NULL);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lj);
+	fj_cg_loop_hints(cg, &lj, 0, FJ_CG_INTERLEAVE);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &li);
 }
