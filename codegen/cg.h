@@ -182,6 +182,7 @@ void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave);
  * register dependencies, 1.3 instructions a cycle). Reductions get as many
  * partial accumulators. */
 enum { FJ_CG_INTERLEAVE = 4 };
+
 /* if (cond) { ... } [else { ... }] */
 typedef struct fj_cg_if {
 	LLVMBasicBlockRef then_bb, else_bb, join_bb;
