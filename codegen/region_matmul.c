@@ -28,7 +28,11 @@
  * converts), so a transposed B (linear's weight) is read along its unit
  * stride too (its stores are then strided: that loop is kept scalar,
  * cheaper than scatters, and blocked to stay in L1; a transposed A changes
- * Ap's layout instead, see above); where the clamping of partial panels is
+ * Ap's layout instead, see above). A B that is exactly W^T of an f32
+ * operand W (the weight itself, no conversion) skips the evaluator: its
+ * full micro-panels are packed from W's rows by 8 x 8 register transposes
+ * (pack_bt_direct), ~10% of a [512,2048] x [2048,512] linear's time
+ * (Zen 3: 9.8 -> 8.8 ms on 2 threads). Where the clamping of partial panels is
  * on the inner index, full panels get their own loop without it, so that
  * unit-stride reads stay vector loads.
  * The micro-kernel keeps an MR x NR block of Cb in registers (MR * NR/W
@@ -88,6 +92,7 @@ typedef struct mm {
 	int mc, nc;             /* C tile */
 	int lda;                /* row stride of packed A: KC + 64 bytes (no cache-set aliasing of its MR rows) */
 	bool apanel;            /* A packed as [k][MR] micro-panels (A contiguous along M) */
+	int bt_in;              /* B = W^T of region operand W (f32 [N, K], row-major): its index; else -1 */
 	int64_t a_is, a_ks;     /* packed A: element offsets between rows and between k's of a micro-panel */
 	int64_t a_ps;           /* ... and between micro-panels */
 	LLVMValueRef batch, M, N, K;
@@ -133,6 +138,27 @@ bool fj_rg_host_matmul_handles(const fj_rg_analysis *a)
 
 static int fast_dim(mm *m, fj_vid v, int depth);
 
+/* Is B the transpose of a region operand W, f32 [N, K] (linear's weight),
+ * in a rank-2 f32 matmul with 8-lane vectors or wider? W's index, or -1. */
+static int bt_direct(const mm *m)
+{
+	const fj_rg_analysis *a = m->r->a;
+	const fj_graph *g = a->body;
+	const fj_rg_value *x = &a->vals[m->bv];
+	if (m->rank != 2 || m->acc != FJ_DT_F32 || m->w < 8 || x->cls != FJ_RG_FULL || x->node == FJ_NONODE)
+		return -1;
+	const fj_node *n = &g->nodes[x->node];
+	if (n->op != FJ_OP_PRIMS_TRANSPOSE || n->nopnds != 1)
+		return -1;
+	const fj_rg_value *w = &a->vals[n->opnds[0]];
+	const fj_type *wt = &g->values[n->opnds[0]].type;
+	if (w->cls != FJ_RG_INPUT || w->index < 0 || (uint32_t)w->index >= m->r->nin || wt->rank != 2 ||
+	    wt->dtype != FJ_DT_F32)
+		return -1;
+	const fj_cg_operand *o = &m->r->in[w->index];
+	return o->none || o->literal || o->t.rank != 2 || o->t.dtype != FJ_DT_F32 ? -1 : w->index;
+}
+
 static void plan(mm *m)
 {
 	fj_cg *cg = m->cg;
@@ -156,6 +182,7 @@ static void plan(mm *m)
 	m->a_ks = m->apanel ? m->mr : 1;
 	m->a_ps = m->apanel ? (int64_t)KC * m->mr : (int64_t)m->lda * m->mr;
 	m->vt = LLVMVectorType(m->et, (unsigned)m->w);
+	m->bt_in = bt_direct(m);
 	for (int i = 0; i < m->mr * m->nrv; i++)
 		m->accv[i] = fj_cg_var(cg, m->vt, NULL, "cacc");
 }
@@ -283,17 +310,98 @@ static void pack_b_panels(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef j
 	fj_cg_loop_end(cg, &lj);
 }
 
+/* The lanes idx[0..8) of a and b (b's from 8 on). */
+static LLVMValueRef shuffle2(mm *m, LLVMValueRef a, LLVMValueRef b, const int *idx)
+{
+	LLVMValueRef mask[8];
+	for (int i = 0; i < 8; i++)
+		mask[i] = fj_cg_i32(m->cg, idx[i]);
+	return LLVMBuildShuffleVector(BB, a, b, LLVMConstVector(mask, 8), "");
+}
+
+/* v[0..8): eight <8 x float> rows (v[c][k]) -> their transpose (v[k][c]):
+ * unpack pairs, then pairs of pairs, then the 128-bit halves (vunpcklps,
+ * vshufps, vperm2f128 on x86). */
+static void transpose8(mm *m, LLVMValueRef *v)
+{
+	static const int lo1[] = {0, 8, 1, 9, 4, 12, 5, 13}, hi1[] = {2, 10, 3, 11, 6, 14, 7, 15};
+	static const int lo2[] = {0, 1, 8, 9, 4, 5, 12, 13}, hi2[] = {2, 3, 10, 11, 6, 7, 14, 15};
+	static const int lo4[] = {0, 1, 2, 3, 8, 9, 10, 11}, hi4[] = {4, 5, 6, 7, 12, 13, 14, 15};
+	LLVMValueRef t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = shuffle2(m, v[2 * i], v[2 * i + 1], lo1);
+		t[2 * i + 1] = shuffle2(m, v[2 * i], v[2 * i + 1], hi1);
+	}
+	for (int h = 0; h < 2; h++) /* u[4h .. 4h+4): rows 4h .. 4h+4 at k = 0,1,2,3 | 4,5,6,7 */
+		for (int i = 0; i < 2; i++) {
+			u[4 * h + 2 * i] = shuffle2(m, t[4 * h + i], t[4 * h + i + 2], lo2);
+			u[4 * h + 2 * i + 1] = shuffle2(m, t[4 * h + i], t[4 * h + i + 2], hi2);
+		}
+	for (int k = 0; k < 4; k++) {
+		v[k] = shuffle2(m, u[k], u[k + 4], lo4);
+		v[k + 4] = shuffle2(m, u[k], u[k + 4], hi4);
+	}
+}
+
+/* Packs B = W^T's full micro-panels [0, nfull) from W's rows (bt_in):
+ * eight rows of W (columns of B) at a time, eight k's each, loaded as
+ * vectors along W's unit stride and stored transposed, eight columns of a
+ * panel row per store; the last K % 8 k's one element at a time. The
+ * scalar pack of such a B (pack_b_panels, k innermost) loads and stores
+ * every element apart: 1M of them per N tile of a K = 2048 weight. */
+static void pack_bt_direct(mm *m, LLVMValueRef jc, LLVMValueRef nfull)
+{
+	fj_cg *cg = m->cg;
+	const fj_cg_tensor *w = &m->r->in[m->bt_in].t;
+	LLVMTypeRef v8 = LLVMVectorType(m->et, 8);
+	LLVMValueRef k8 = LLVMBuildAnd(BB, m->K, c64(m, ~(int64_t)7), "");
+	fj_cg_loop lj, lk, lt;
+	fj_cg_loop_begin(cg, &lj, c64(m, 0), nfull, "btpanel");
+	LLVMValueRef c0 = add(m, jc, mul(m, lj.iv, c64(m, m->nr)));
+	LLVMValueRef base = mul(m, lj.iv, mul(m, m->K, c64(m, m->nr)));
+	fj_cg_loop_begin(cg, &lk, c64(m, 0), k8, "btk");
+	lk.step = c64(m, 8);
+	for (int g = 0; g < m->nr / 8; g++) {
+		LLVMValueRef v[8];
+		for (int c = 0; c < 8; c++) {
+			LLVMValueRef row = mul(m, add(m, c0, c64(m, g * 8 + c)), w->stride[0]);
+			v[c] = LLVMBuildLoad2(BB, v8, at(m, w->ptr, add(m, row, lk.iv)), "");
+			LLVMSetAlignment(v[c], (unsigned)m->esz);
+		}
+		transpose8(m, v);
+		for (int k = 0; k < 8; k++) {
+			LLVMValueRef off = add(m, mul(m, add(m, lk.iv, c64(m, k)), c64(m, m->nr)), c64(m, g * 8));
+			LLVMSetAlignment(LLVMBuildStore(BB, v[k], at(m, m->bp, add(m, base, off))), (unsigned)m->esz);
+		}
+	}
+	fj_cg_loop_end(cg, &lk);
+	fj_cg_loop_begin(cg, &lt, k8, m->K, "btt");
+	for (int jj = 0; jj < m->nr; jj++) {
+		LLVMValueRef row = mul(m, add(m, c0, c64(m, jj)), w->stride[0]);
+		LLVMValueRef x = LLVMBuildLoad2(BB, m->et, at(m, w->ptr, add(m, row, lt.iv)), "");
+		LLVMSetAlignment(x, (unsigned)m->esz);
+		store_elem(m, at(m, m->bp, add(m, base, add(m, mul(m, lt.iv, c64(m, m->nr)), c64(m, jj)))), x);
+	}
+	fj_cg_loop_end(cg, &lt);
+	fj_cg_loop_end(cg, &lj);
+}
+
 /* Packs B[b, 0:K, jc : jc + njr*NR] into Bp. Columns innermost: the full
  * micro-panels, then the partial one (if any), so that the full ones index
  * without clamping. */
 static void pack_b(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef njr)
 {
 	bool k_inner = fast_dim(m, m->bv, 0) == m->rank - 2;
+	LLVMValueRef nfull = imin(m, njr, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->N, jc, ""), c64(m, m->nr), ""));
+	if (k_inner && m->bt_in >= 0) { /* a weight: transposed 8 x 8 at a time */
+		pack_bt_direct(m, jc, nfull);
+		pack_b_panels(m, b, jc, nfull, njr, true, true);
+		return;
+	}
 	if (k_inner) { /* the clamp is invariant in the inner loop: one loop nest */
 		pack_b_panels(m, b, jc, c64(m, 0), njr, true, true);
 		return;
 	}
-	LLVMValueRef nfull = imin(m, njr, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->N, jc, ""), c64(m, m->nr), ""));
 	pack_b_panels(m, b, jc, c64(m, 0), nfull, false, false);
 	pack_b_panels(m, b, jc, nfull, njr, true, false);
 }

@@ -388,9 +388,12 @@ START_TEST(matmul)
 	/* the packed template (codegen/region_matmul.c): partial micro-panels
 	 * and tiles, K over one K block with a remainder, two results (the
 	 * product and its epilogue), transposed operands (the packing loop
-	 * orders), f16/f64, K = 0, and tiles split over many calls */
+	 * orders; an f32 weight W^T packed by 8 x 8 transposes, K % 8 after),
+	 * f16/f64, K = 0, and tiles split over many calls */
 	CASE(.src = "graph @f(%a: f32[37,300], %b: f32[300,45], %c: f32[45]) {\n  %m = aten.mm(%a, %b)\n"
 	            "  %d = aten.add(%m, %c)\n  %y = aten.relu(%d)\n  return %y, %m\n}\n",
+	     .sched = "matmul");
+	CASE(.src = "graph @f(%x: f32[37,301], %w: f32[70,301]) {\n  %y = aten.linear(%x, %w, none)\n  return %y\n}\n",
 	     .sched = "matmul");
 	CASE(.src = "graph @f(%x: f32[300,70], %dy: f32[300,50]) {\n  %t = aten.transpose(%x) {dim0=0, dim1=1}\n"
 	            "  %w = aten.mm(%t, %dy)\n  return %w\n}\n",
