@@ -107,7 +107,7 @@ static V estrin(pm *p, const double *c, int n, const V *pw)
  * coefficients, Estrin's scheme from 8 on. Horner's dependent chain is n - 1
  * multiply-adds long, Estrin's ~2 log2(n) steps for log2(n) multiplies more
  * (the powers); the long chains bound the host loops even with four vector
- * iterations interleaved (FJ_RH_INTERLEAVE): llvm-mca on Zen 3 puts log's
+ * iterations interleaved (FJ_CG_INTERLEAVE): llvm-mca on Zen 3 puts log's
  * loop (9 coefficients) at 64 cycles per four vectors instead of 72, erf
  * gelu's at 125 instead of 160, while the short polynomials (exp's 5, tanh's
  * 7 and 4) lose by Estrin's extra multiplies. Max errors stay as the header

@@ -148,8 +148,9 @@ static int bt_direct(const mm *m)
 	if (m->rank != 2 || m->acc != FJ_DT_F32 || m->w < 8 || x->cls != FJ_RG_FULL || x->node == FJ_NONODE)
 		return -1;
 	const fj_node *n = &g->nodes[x->node];
-	if (n->op != FJ_OP_PRIMS_TRANSPOSE || n->nopnds != 1)
-		return -1;
+	const fj_attr *perm = n->op == FJ_OP_PRIMS_TRANSPOSE ? fj_node_attr(m->cg->ctx, n, "perm") : NULL;
+	if (!perm || n->nopnds != 1 || perm->kind != FJ_AK_LIST || perm->n != 2 || fj_attr_as_int(&perm->u.items[0]) != 1)
+		return -1; /* a swap of the two dims */
 	const fj_rg_value *w = &a->vals[n->opnds[0]];
 	const fj_type *wt = &g->values[n->opnds[0]].type;
 	if (w->cls != FJ_RG_INPUT || w->index < 0 || (uint32_t)w->index >= m->r->nin || wt->rank != 2 ||
