@@ -118,8 +118,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <llvm-c/DebugInfo.h>
-
 #include "backend_nvptx/region_gpu_internal.h"
 
 /* ---- entries ---- */
@@ -244,13 +242,8 @@ void fj_gpu_gloop_end(gk *k, gloop *l)
 	LLVMValueRef br = LLVMBuildBr(B, l->head);
 	LLVMAddIncoming(l->phi, &next, &cur, 1);
 	if (l->no_hoist) {
-		LLVMContextRef lc = k->cg->llctx;
-		LLVMMetadataRef tmp = LLVMTemporaryMDNode(lc, NULL, 0);
-		LLVMMetadataRef dis = LLVMMDStringInContext2(lc, "llvm.licm.disable", 17);
-		LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(lc, &dis, 1)};
-		LLVMMetadataRef node = LLVMMDNodeInContext2(lc, ops, 2);
-		LLVMMetadataReplaceAllUsesWith(tmp, node);
-		LLVMSetMetadata(br, LLVMGetMDKindIDInContext(lc, "llvm.loop", 9), LLVMMetadataAsValue(lc, node));
+		LLVMMetadataRef dis = fj_cg_loop_prop(k->cg, "llvm.licm.disable", NULL);
+		fj_cg_loop_md(k->cg, br, &dis, 1);
 	}
 	LLVMPositionBuilderAtEnd(B, l->exit);
 }

@@ -404,38 +404,47 @@ void fj_cg_loop_end(fj_cg *cg, fj_cg_loop *l)
 	LLVMPositionBuilderAtEnd(cg->b, l->exit);
 }
 
+LLVMMetadataRef fj_cg_loop_prop(fj_cg *cg, const char *name, LLVMValueRef value)
+{
+	LLVMMetadataRef ops[2] = {LLVMMDStringInContext2(cg->llctx, name, strlen(name)),
+	                          value ? LLVMValueAsMetadata(value) : NULL};
+	return LLVMMDNodeInContext2(cg->llctx, ops, value ? 2 : 1);
+}
+
+void fj_cg_loop_md(fj_cg *cg, LLVMValueRef br, const LLVMMetadataRef *props, unsigned n)
+{
+	LLVMMetadataRef ops[8];
+	FJ_ASSERT(n < 8);
+	ops[0] = LLVMTemporaryMDNode(cg->llctx, NULL, 0);
+	for (unsigned i = 0; i < n; i++)
+		ops[1 + i] = props[i];
+	LLVMMetadataRef node = LLVMMDNodeInContext2(cg->llctx, ops, 1 + n);
+	LLVMMetadataReplaceAllUsesWith(ops[0], node); /* the id refers to itself */
+	unsigned kind = LLVMGetMDKindIDInContext(cg->llctx, "llvm.loop", 9);
+	LLVMSetMetadata(br, kind, LLVMMetadataAsValue(cg->llctx, node));
+}
+
 void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave)
 {
 	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
 	if (!br || (width < 2 && interleave < 2))
 		return;
-	LLVMMetadataRef tmp = LLVMTemporaryMDNode(cg->llctx, NULL, 0);
-	LLVMMetadataRef ops[5] = {tmp};
-	unsigned nops = 1;
+	LLVMMetadataRef props[4];
+	unsigned n = 0;
 	if (width >= 2) {
-		LLVMMetadataRef wv[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.width", 25),
-		                         LLVMValueAsMetadata(fj_cg_i32(cg, width))};
-		LLVMMetadataRef en[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.enable", 26),
-		                         LLVMValueAsMetadata(LLVMConstInt(cg->t_i1, 1, 0))};
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, wv, 2);
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, en, 2);
+		props[n++] = fj_cg_loop_prop(cg, "llvm.loop.vectorize.width", fj_cg_i32(cg, width));
+		props[n++] = fj_cg_loop_prop(cg, "llvm.loop.vectorize.enable", LLVMConstInt(cg->t_i1, 1, 0));
 	}
 	if (interleave >= 2) {
 		/* independent copies of the body (FJ_CG_INTERLEAVE): reductions get
 		 * partial accumulators for their loop-carried chain (NaN-propagating
 		 * max is ~4 ops deep), every loop overlapping chains of math */
-		LLVMMetadataRef ic[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.interleave.count", 26),
-		                         LLVMValueAsMetadata(fj_cg_i32(cg, interleave))};
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, ic, 2);
+		props[n++] = fj_cg_loop_prop(cg, "llvm.loop.interleave.count", fj_cg_i32(cg, interleave));
 		/* and not fully unrolled afterwards (a static row length): the
 		 * unrolled reassociable sum is rebuilt as one serial chain */
-		LLVMMetadataRef ud = LLVMMDStringInContext2(cg->llctx, "llvm.loop.unroll.disable", 24);
-		ops[nops++] = LLVMMDNodeInContext2(cg->llctx, &ud, 1);
+		props[n++] = fj_cg_loop_prop(cg, "llvm.loop.unroll.disable", NULL);
 	}
-	LLVMMetadataRef node = LLVMMDNodeInContext2(cg->llctx, ops, nops);
-	LLVMMetadataReplaceAllUsesWith(tmp, node);
-	unsigned kind = LLVMGetMDKindIDInContext(cg->llctx, "llvm.loop", 9);
-	LLVMSetMetadata(br, kind, LLVMMetadataAsValue(cg->llctx, node));
+	fj_cg_loop_md(cg, br, props, n);
 }
 
 void fj_cg_if_begin(fj_cg *cg, fj_cg_if *c, LLVMValueRef cond)

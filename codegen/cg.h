@@ -168,6 +168,11 @@ typedef struct fj_cg_loop {
  * body; end closes it and leaves the builder after the loop. */
 void fj_cg_loop_begin(fj_cg *cg, fj_cg_loop *l, LLVMValueRef lo, LLVMValueRef hi, const char *name);
 void fj_cg_loop_end(fj_cg *cg, fj_cg_loop *l);
+/* A loop property !{name} (value NULL) or !{name, value}, for fj_cg_loop_md. */
+LLVMMetadataRef fj_cg_loop_prop(fj_cg *cg, const char *name, LLVMValueRef value);
+/* Sets the !llvm.loop of br (a loop's latch branch) to a distinct loop id
+ * holding props[0..n), n < 8. */
+void fj_cg_loop_md(fj_cg *cg, LLVMValueRef br, const LLVMMetadataRef *props, unsigned n);
 /* Hints for LLVM's loop vectoriser on a closed loop: a vector width (< 2:
  * its cost model's choice) and an interleave count (< 2: its choice; else
  * that many vector iterations side by side, and no unrolling after). */

@@ -70,8 +70,6 @@
  */
 #include <string.h>
 
-#include <llvm-c/DebugInfo.h>
-
 #include "codegen/emit_common.h"
 #include "codegen/region_matmul.h"
 
@@ -255,18 +253,10 @@ static int fast_dim(mm *m, fj_vid v, int depth)
 /* Marks loop l "do not vectorise" (llvm.loop.vectorize.enable false). */
 static void no_vectorize(mm *m, fj_cg_loop *l)
 {
-	fj_cg *cg = m->cg;
 	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
-	if (!br)
-		return;
-	LLVMMetadataRef tmp = LLVMTemporaryMDNode(cg->llctx, NULL, 0);
-	LLVMMetadataRef en[2] = {LLVMMDStringInContext2(cg->llctx, "llvm.loop.vectorize.enable", 26),
-	                         LLVMValueAsMetadata(LLVMConstInt(cg->t_i1, 0, 0))};
-	LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(cg->llctx, en, 2)};
-	LLVMMetadataRef node = LLVMMDNodeInContext2(cg->llctx, ops, 2);
-	LLVMMetadataReplaceAllUsesWith(tmp, node);
-	unsigned kind = LLVMGetMDKindIDInContext(cg->llctx, "llvm.loop", 9);
-	LLVMSetMetadata(br, kind, LLVMMetadataAsValue(cg->llctx, node));
+	LLVMMetadataRef off = fj_cg_loop_prop(m->cg, "llvm.loop.vectorize.enable", LLVMConstInt(m->cg->t_i1, 0, 0));
+	if (br)
+		fj_cg_loop_md(m->cg, br, &off, 1);
 }
 
 /* Packs B micro-panels [jr0, jr1) of columns jc + jr*NR ... into Bp: panel
