@@ -339,7 +339,8 @@ static void transpose8(mm *m, LLVMValueRef *v)
  * vectors along W's unit stride and stored transposed, eight columns of a
  * panel row per store; the last K % 8 k's one element at a time. The
  * scalar pack of such a B (pack_b_panels, k innermost) loads and stores
- * every element apart: 1M of them per N tile of a K = 2048 weight. */
+ * every element apart: K x NR of them per micro-panel, 1M per call for a
+ * [512, 2048] weight. */
 static void pack_bt_direct(mm *m, LLVMValueRef jc, LLVMValueRef nfull)
 {
 	fj_cg *cg = m->cg;
@@ -383,14 +384,14 @@ static void pack_bt_direct(mm *m, LLVMValueRef jc, LLVMValueRef nfull)
 static void pack_b(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef njr)
 {
 	bool k_inner = fast_dim(m, m->bv, 0) == m->rank - 2;
-	LLVMValueRef nfull = imin(m, njr, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->N, jc, ""), c64(m, m->nr), ""));
-	if (k_inner && m->bt_in >= 0) { /* a weight: transposed 8 x 8 at a time */
-		pack_bt_direct(m, jc, nfull);
-		pack_b_panels(m, b, jc, nfull, njr, true, true);
+	if (k_inner && m->bt_in < 0) { /* the clamp is invariant in the inner loop: one loop nest */
+		pack_b_panels(m, b, jc, c64(m, 0), njr, true, true);
 		return;
 	}
-	if (k_inner) { /* the clamp is invariant in the inner loop: one loop nest */
-		pack_b_panels(m, b, jc, c64(m, 0), njr, true, true);
+	LLVMValueRef nfull = imin(m, njr, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->N, jc, ""), c64(m, m->nr), ""));
+	if (k_inner) { /* a weight: transposed 8 x 8 at a time */
+		pack_bt_direct(m, jc, nfull);
+		pack_b_panels(m, b, jc, nfull, njr, true, true);
 		return;
 	}
 	pack_b_panels(m, b, jc, c64(m, 0), nfull, false, false);
