@@ -281,15 +281,13 @@ typedef struct dupinfo {
  * more on a GPU; the budget takes a third of it. */
 enum { MM_TILE = 64, PROLOGUE_BUDGET = 16 };
 
-/* The cost of op per element, in arithmetic steps: layout, source and
- * conversion ops 0 (an index computation or a cast), the cheap arithmetic
- * 1, division and square roots 4, transcendental functions 16 (the host's
- * polynomials are 20-40 steps, libdevice's similar). */
-static uint16_t op_cost(const fuser *f, const fj_node *n)
+/* The cost of pointwise op n per element, in arithmetic steps: the cheap
+ * arithmetic 1, division and square roots 4, transcendental functions 16
+ * (the host's polynomials are 20-40 steps, libdevice's similar). Layout,
+ * source and conversion ops cost 0 (an index computation or a cast):
+ * classify's `cheap` ops. */
+static uint16_t op_cost(const fj_node *n)
 {
-	uint32_t fl = fj_op_info(f->ctx, n->op)->flags;
-	if ((fl & (FJ_OPF_LAYOUT | FJ_OPF_SOURCE)) || n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE)
-		return 0;
 	switch (n->op) {
 	case FJ_OP_PRIMS_DIV: case FJ_OP_PRIMS_SQRT: case FJ_OP_PRIMS_RSQRT: case FJ_OP_PRIMS_RECIPROCAL:
 	case FJ_OP_PRIMS_FMOD: case FJ_OP_PRIMS_REMAINDER:
@@ -363,7 +361,7 @@ static fj_status classify(fuser *f, const bool *live)
 		d->dup = cheap || (fl & FJ_OPF_POINTWISE);
 		d->layout = cheap;
 		d->cone = 1;
-		d->cost = op_cost(f, n);
+		d->cost = cheap ? 0 : op_cost(n);
 		bool leaves_ok = true;
 		for (uint32_t k = 0; k < n->nopnds && d->dup; k++) {
 			fj_vid v = n->opnds[k];
