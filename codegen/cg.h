@@ -85,6 +85,12 @@ typedef struct fj_cg_target {
 	 * together. bf16: the operands are bf16, else f16. NULL: no tensor cores. */
 	void (*mma_m16n8k16)(fj_cg *cg, bool bf16, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef c[4],
 	                     LLVMValueRef d[4]);
+	/* Float divisions carry the arcp flag: one by a value invariant in a
+	 * loop becomes a multiply by its reciprocal, computed once (LICM), as
+	 * ATen's CPU softmax scales by 1 / sum; the host's fused regions
+	 * (region_host.c) set it. Other divisions stay divisions (x86 makes no
+	 * reciprocal estimate from arcp alone). */
+	bool div_arcp;
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
 } fj_cg_target;
@@ -260,6 +266,7 @@ typedef struct fj_cg_kernel {
 	uint32_t par_out;
 	uint32_t par_mask;
 } fj_cg_kernel;
+
 
 /* ---- the kernel ABI (codegen/kernel_abi.c): views, dims, parameter
  * attributes, shared by the host kernels, the host region kernels and the

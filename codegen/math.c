@@ -428,6 +428,8 @@ SCALAR(l_div)
 		if (mode && strcmp(mode, "floor") == 0)
 			return div_floor_float(cg, a[0], a[1], dt);
 		V q = f_div(cg, a[0], a[1]);
+		if (cg->target->div_arcp && LLVMCanValueUseFastMathFlags(q))
+			LLVMSetFastMathFlags(q, LLVMFastMathAllowReciprocal);
 		return mode && strcmp(mode, "trunc") == 0 ? intrin1(cg, "llvm.trunc", q) : q;
 	}
 	if (mode && strcmp(mode, "floor") == 0)
