@@ -264,9 +264,14 @@ typedef struct fj_cg_kernel {
 	LLVMValueRef lo, hi;      /* i64 */
 	LLVMValueRef status;      /* i32 variable the kernel returns (FJ_KERR_*) */
 	uint32_t par_out;
-	uint32_t par_mask;
+	uint32_t par_mask;        /* dims, and FJ_CG_PAR_PER_THREAD */
 } fj_cg_kernel;
 
+/* par_mask flag: one call per thread. A call of the kernel sets up state it
+ * reuses across its range (the packed GEMM's B panel and buffers): more,
+ * smaller calls would set it up again (the runtime otherwise cuts the space
+ * into 4 chunks per thread for balance). */
+#define FJ_CG_PAR_PER_THREAD (1u << 31)
 
 /* ---- the kernel ABI (codegen/kernel_abi.c): views, dims, parameter
  * attributes, shared by the host kernels, the host region kernels and the

@@ -52,9 +52,13 @@
  * Integer matmuls are not handled here (the caller's simple loop, i64).
  *
  * Parallel space: every element of result 0 (its full shape), which the
- * runtime cuts into contiguous chunks; a call for [lo, hi) of [0, extent)
- * runs tiles [f(lo), f(hi)) of the T tiles, f(x) = min(T, ceil(x / q)) with
- * q = ceil(extent / T) and f(extent) = T: f is monotone with f(0) = 0, so
+ * runtime cuts into one contiguous chunk per thread (FJ_CG_PAR_PER_THREAD:
+ * each call packs the B panels of its own tiles, and the runtime's usual
+ * 4 chunks per thread packed a panel up to 4 times; Sapphire Rapids, 2
+ * threads, 1024x3072x768 f32: 25.7 -> 24.1 ms, best of 6). A call for
+ * [lo, hi) of [0, extent) runs tiles [f(lo), f(hi)) of the T tiles,
+ * f(x) = min(T, ceil(x / q)) with q = ceil(extent / T) and f(extent) = T:
+ * f is monotone with f(0) = 0, so
  * the chunks of any partition of [0, extent) get disjoint tile ranges that
  * cover every tile once, in proportion to their size, without a 128-bit
  * product. A tile's outputs are written by the call that owns the tile only.
@@ -676,7 +680,7 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	m->mdt = a->body->values[m->mv].type.dtype;
 	plan(m);
 	hm->k->par_out = 0;
-	hm->k->par_mask = (1u << m->rank) - 1;
+	hm->k->par_mask = ((1u << m->rank) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs its own B panels */
 	int d = m->rank - 2;
 	m->batch = d ? fj_rg_dim(r, m->mv, 0) : c64(m, 1);
 	m->M = fj_rg_dim(r, m->mv, d);

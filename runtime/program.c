@@ -538,6 +538,8 @@ fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs,
 			if (per < 1)
 				per = 1;
 			int64_t grain = 32768 / per;
+			if (kern->par_mask & FJ_CG_PAR_PER_THREAD) /* as many chunks as threads */
+				grain = extent / p->threads + (extent % p->threads != 0);
 			if (grain < 1)
 				grain = 1;
 			task_arg ta = {kern->fn, p->ptrs, p->argdims};
