@@ -85,13 +85,6 @@ typedef struct fj_cg_target {
 	 * together. bf16: the operands are bf16, else f16. NULL: no tensor cores. */
 	void (*mma_m16n8k16)(fj_cg *cg, bool bf16, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef c[4],
 	                     LLVMValueRef d[4]);
-	/* Float divisions carry the arcp flag (math.c: not those whose
-	 * quotient is rounded to an integer): one by a value invariant in a
-	 * loop becomes a multiply by its reciprocal, computed once (LICM), as
-	 * ATen's CPU softmax scales by 1 / sum; the host's fused regions
-	 * (region_host.c) set it. Other divisions stay divisions (x86 makes no
-	 * reciprocal estimate from arcp alone). */
-	bool div_arcp;
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
 } fj_cg_target;

@@ -417,31 +417,6 @@ static V div_floor_int(fj_cg *cg, V x, V y, fj_dtype dt)
 	return sel(cg, adj, LLVMBuildSub(B, q, LLVMConstInt(LLVMTypeOf(q), 1, 0), ""), q);
 }
 
-/* Does every use of v in g do float arithmetic on it (add, sub, mul, neg,
- * a conversion to a float dtype)? Where a use rounds it to an integer
- * (trunc and floor division decompose to div, then trunc or floor), a
- * product x * (1 / y) one ulp below an exact integer quotient would be
- * off by one: such divisions take no arcp (div_arcp, cg.h). */
-static bool arith_uses_only(const fj_graph *g, fj_vid v)
-{
-	if (!g)
-		return false;
-	for (uint32_t i = 0; i < g->nnodes; i++) {
-		const fj_node *u = &g->nodes[i];
-		for (uint32_t k = 0; k < u->nopnds; k++) {
-			if (u->opnds[k] != v)
-				continue;
-			bool ok = u->op == FJ_OP_PRIMS_ADD || u->op == FJ_OP_PRIMS_SUB || u->op == FJ_OP_PRIMS_MUL ||
-			          u->op == FJ_OP_PRIMS_NEG ||
-			          (u->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE &&
-			           fj_dtype_is_float(g->values[u->res[0]].type.dtype));
-			if (!ok)
-				return false;
-		}
-	}
-	return true;
-}
-
 SCALAR(l_div)
 {
 	const fj_attr *rm = attr_opt(cg, n, "rounding_mode");
@@ -453,8 +428,6 @@ SCALAR(l_div)
 		if (mode && strcmp(mode, "floor") == 0)
 			return div_floor_float(cg, a[0], a[1], dt);
 		V q = f_div(cg, a[0], a[1]);
-		if (!mode && cg->target->div_arcp && arith_uses_only(g, n->res[0]) && LLVMCanValueUseFastMathFlags(q))
-			LLVMSetFastMathFlags(q, LLVMFastMathAllowReciprocal);
 		return mode && strcmp(mode, "trunc") == 0 ? intrin1(cg, "llvm.trunc", q) : q;
 	}
 	if (mode && strcmp(mode, "floor") == 0)

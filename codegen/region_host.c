@@ -8,11 +8,7 @@
  * `noalias` (inlining turns them into alias scopes): the vectoriser then
  * needs no run-time alias checks between a region's operands and results.
  * Inside fused regions the target's region_math hook replaces `math`
- * (inline polynomials on the host: exp, log, tanh ... vectorize), and float
- * divisions carry arcp (cg.h, div_arcp): softmax's output pass multiplies
- * by 1 / sum, as ATen's CPU kernel does, instead of dividing every element
- * (an error of about 1 ulp at most; Sapphire Rapids, 2 threads, [8192,4096]
- * f32: 29.0 -> 25.9 ms forward, 73.4 -> 66.0 training, best of 12 and 6).
+ * (inline polynomials on the host: exp, log, tanh ... vectorize).
  *
  * Templates, chosen from the region's structure (the schedule names it):
  *   pointwise / transpose / take / gather
@@ -296,7 +292,6 @@ fj_status fj_cg_emit_region_host(fj_cg *cg, fj_cg_kernel *k)
 	fj_cg_target tt = *cg->target;
 	if (tt.region_math)
 		tt.math = tt.region_math;
-	tt.div_arcp = true; /* softmax's x / sum: x * (1 / sum), as ATen's CPU kernel */
 	cg->target = &tt;
 	cg->fn = f;
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
