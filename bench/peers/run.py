@@ -27,14 +27,17 @@ The same work everywhere:
          random tangents; the time is the sum of the two phases' medians.
 
 Fair timing: the systems alternate in the same minutes. Each round runs, for
-each graph and pass, fusejit and then every peer back to back (the order
-reversed every other round); each system keeps its best median over --rounds
-rounds (default 3). Every median follows fusejit-run --bench's rule: warm-up
+each graph, its --rounds rounds (default 3) back to back, and in each round
+per pass fusejit and then every peer (the order reversed every other round):
+a graph's systems are measured in the same minutes, and each keeps its best
+median over the rounds. Every median follows fusejit-run --bench's rule: warm-up
 (up to 3 runs or 200 ms), then as many timed runs as fit in about 0.5 s (5 to
 1000; --reps N: exactly N everywhere), inputs and tangents preallocated.
 Compilation (fusejit's, torch.compile's, XLA's, Halide's) happens outside the
 timing: peers compile once, in a long-lived worker process per interpreter
-that keeps its inputs and compiled functions across rounds.
+that keeps a graph's inputs and compiled functions across its rounds and
+drops them when the next graph comes (keeping every graph's held ~15 GB and
+woke the OOM killer on a 23 GB machine).
 
 Outputs: fusejit-run and Halide write into preallocated outputs; PyTorch and
 XLA allocate theirs on every call, and with glibc's defaults each 128 MB
@@ -63,6 +66,7 @@ Where the peers come from (each missing one is skipped with a note):
 Example: bench/peers/run.py --only gelu,softmax,layer_norm,mlp
 """
 import argparse
+import gc
 import glob
 import json
 import os
@@ -134,6 +138,9 @@ def serve(build):
     for line in sys.stdin:
         req = json.loads(line)
         key = (req["peer"], req["graph"], req["pass"])
+        if any(k[1] != key[1] for k in steps):  # a new graph: free the last one's tensors
+            steps = {k: v for k, v in steps.items() if k[1] == key[1]}
+            gc.collect()
         try:
             if key not in steps:
                 steps[key] = build(*key)
@@ -297,6 +304,20 @@ def jax_worker():
 
 # ---- the orchestrator ----
 
+def exit_text(rc):
+    """A worker's exit status in words; SIGKILL is most often the OOM killer."""
+    if rc is not None and rc < 0:
+        return "killed by signal %d%s" % (-rc, ", the OOM killer? see dmesg" if rc == -9 else "")
+    return "exit %s" % rc
+
+
+def last_error(err):
+    """The last line of a worker's stderr that is not a library warning."""
+    lines = [l for l in err.strip().splitlines() if l.strip() and not l.lstrip().startswith("W1") and
+             "Warning" not in l and "warn(" not in l]
+    return lines[-1][:160] if lines else "no message"
+
+
 class Worker:
     """A long-lived peer process speaking serve()'s protocol."""
 
@@ -307,7 +328,7 @@ class Worker:
                                       text=True)
             line = self.p.stdout.readline()
             if not line:
-                self.why = (self.p.stderr.read().strip().splitlines() or ["exit %s" % self.p.wait()])[-1][:120]
+                self.why = "%s: %s" % (exit_text(self.p.wait()), last_error(self.p.stderr.read()))
         except OSError as e:
             self.why = str(e)
 
@@ -321,8 +342,8 @@ class Worker:
         except OSError:  # it died between two questions (the kernel's OOM killer: see dmesg)
             line = ""
         if not line:
-            self.why = "%s worker died: %s" % (self.what, (self.p.stderr.read().strip().splitlines()
-                                                           or ["exit %s" % self.p.wait()])[-1][:120])
+            self.why = "%s worker died (%s): %s" % (self.what, exit_text(self.p.wait()),
+                                                     last_error(self.p.stderr.read()))
             return {"skip": self.why}
         return json.loads(line)
 
@@ -423,8 +444,8 @@ def main():
     notes = {}    # (graph, pass, system) -> why skipped
     t_start = time.time()
     try:
-        for r in range(args.rounds):
-            for name in names:
+        for name in names:
+            for r in range(args.rounds):
                 for ps in passes:
                     systems = ["fusejit"] + [p for p in peers if not (ps == "train" and p == "torch.compile"
                                                                      and args.no_compile_train)]
@@ -444,7 +465,7 @@ def main():
                         else:
                             notes[(name, ps, s)] = ans.get("skip", "?")
                         time.sleep(0.1)  # let the last system's spinning threads go idle
-            print("round %d done, %.0f s" % (r + 1, time.time() - t_start))
+            print("%s done, %.0f s" % (name, time.time() - t_start))
             sys.stdout.flush()
     finally:
         for w in workers.values():
@@ -479,7 +500,9 @@ def main():
     if notes:
         print("\nnot measured:")
         for (name, ps, s), why in sorted(notes.items()):
-            print("  %-16s %-5s %-14s %s" % (name, ps, s, why))
+            done = len(ms.get((name, ps, s), []))
+            print("  %-16s %-5s %-14s %s%s" % (name, ps, s, "after %d of %d rounds: " % (done, args.rounds)
+                                                if done else "", why))
     load.append(os.getloadavg()[0])
     print("total %.0f s; load average %.1f at the start, %.1f at the end%s" % (
         time.time() - t_start, load[0], load[1],
