@@ -454,6 +454,7 @@ static void pack_a_panels(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef i
 		fj_rg_scope_pop(r);
 	}
 	fj_cg_loop_end(cg, &lr);
+	no_vectorize(m, &lr); /* across panels: gathers and scatters; the MR rows' run is one vector copy */
 	fj_cg_loop_end(cg, &lk);
 }
 
