@@ -146,8 +146,9 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
 LLVMValueRef fj_cg_from_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
 LLVMValueRef fj_cg_to_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
 /* A hint: fetch the cache line of t's element at `offset` for reading (any
- * offset, even past t: a prefetch never faults). */
-void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset);
+ * offset, even past t: a prefetch never faults), into the cache level of
+ * `locality` (llvm.prefetch's: 3 the closest, L1; 2 the next, L2). */
+void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, int locality);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
 /* Offset in t of the element that broadcasts (NumPy rules, aligned right) to
