@@ -36,8 +36,8 @@ median over the rounds. Every median follows fusejit-run --bench's rule: warm-up
 Compilation (fusejit's, torch.compile's, XLA's, Halide's) happens outside the
 timing: peers compile once, in a long-lived worker process per interpreter
 that keeps a graph's inputs and compiled functions across its rounds and
-drops them when the next graph comes (keeping every graph's held ~15 GB and
-woke the OOM killer on a 23 GB machine).
+drops them when the next graph comes (kept for every graph, they grew the
+torch worker to ~15 GB, and the OOM killer ended it on a 23 GB machine).
 
 Outputs: fusejit-run and Halide write into preallocated outputs; PyTorch and
 XLA allocate theirs on every call, and with glibc's defaults each 128 MB
@@ -70,6 +70,7 @@ import gc
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -313,8 +314,8 @@ def exit_text(rc):
 
 def last_error(err):
     """The last line of a worker's stderr that is not a library warning."""
-    lines = [l for l in err.strip().splitlines() if l.strip() and not l.lstrip().startswith("W1") and
-             "Warning" not in l and "warn(" not in l]
+    lines = [l for l in err.strip().splitlines() if l.strip() and not re.match(r"\s*[IW]\d{4} ", l) and
+             "Warning" not in l and "warn(" not in l]  # glog's I/W lines (torch), Python's warnings
     return lines[-1][:160] if lines else "no message"
 
 
