@@ -321,15 +321,15 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
 	LLVMSetAlignment(s, (unsigned)fj_dtype_size(t->dtype));
 }
 
-void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, int locality)
+void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, fj_cg_prefetch_level level)
 {
 	LLVMTypeRef pty = LLVMPointerTypeInContext(cg->llctx, 0);
 	unsigned id = LLVMLookupIntrinsicID("llvm.prefetch", 13);
 	LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &pty, 1);
 	/* any offset (a plain GEP: a prefetch past the tensor never faults);
-	 * read, `locality`, data cache */
+	 * read, `level` as the locality, data cache */
 	LLVMValueRef at = LLVMBuildGEP2(cg->b, fj_cg_storage_type(cg, t->dtype), t->ptr, &offset, 1, "");
-	LLVMValueRef args[4] = {at, LLVMConstInt(cg->t_i32, 0, 0), LLVMConstInt(cg->t_i32, (unsigned)locality, 0),
+	LLVMValueRef args[4] = {at, LLVMConstInt(cg->t_i32, 0, 0), LLVMConstInt(cg->t_i32, (unsigned)level, 0),
 	                        LLVMConstInt(cg->t_i32, 1, 0)};
 	LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->llctx, id, &pty, 1), f, args, 4, "");
 }

@@ -145,10 +145,11 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
  * around the memory access, for templates that load or store vectors. */
 LLVMValueRef fj_cg_from_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
 LLVMValueRef fj_cg_to_storage(fj_cg *cg, fj_dtype dt, LLVMValueRef v);
+/* Where fj_cg_prefetch puts a line (llvm.prefetch's locality). */
+typedef enum { FJ_CG_PREFETCH_L2 = 2, FJ_CG_PREFETCH_L1 = 3 } fj_cg_prefetch_level;
 /* A hint: fetch the cache line of t's element at `offset` for reading (any
- * offset, even past t: a prefetch never faults), into the cache level of
- * `locality` (llvm.prefetch's: 3 the closest, L1; 2 the next, L2). */
-void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, int locality);
+ * offset, even past t: a prefetch never faults) into cache level `level`. */
+void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, fj_cg_prefetch_level level);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
 /* Offset in t of the element that broadcasts (NumPy rules, aligned right) to

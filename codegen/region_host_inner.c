@@ -109,7 +109,7 @@ static void prefetch_next_row(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0,
 		fj_cg_loop l;
 		fj_cg_loop_begin(h->cg, &l, c64(h, 0), LLVMBuildNSWSub(BB, k1, k0, ""), "pf");
 		l.step = c64(h, per);
-		fj_cg_prefetch(h->cg, &o->t, LLVMBuildNSWAdd(BB, base, l.iv, ""), 2);
+		fj_cg_prefetch(h->cg, &o->t, LLVMBuildNSWAdd(BB, base, l.iv, ""), FJ_CG_PREFETCH_L2);
 		fj_cg_loop_end(h->cg, &l);
 	}
 }

@@ -31,7 +31,7 @@ static void prefetch_ahead(hctx *h, const LLVMValueRef *idx, int kd, LLVMValueRe
 		fj_cg_loop_begin(cg, &l, c64(h, 0), len, "pf");
 		l.step = c64(h, 64 / (int64_t)fj_dtype_size(o->t.dtype));
 		at[L] = LLVMBuildNSWAdd(BB, l0, l.iv, "");
-		fj_cg_prefetch(cg, &o->t, fj_cg_offset(cg, &o->t, at), 3);
+		fj_cg_prefetch(cg, &o->t, fj_cg_offset(cg, &o->t, at), FJ_CG_PREFETCH_L1);
 		fj_cg_loop_end(cg, &l);
 	}
 	fj_cg_if_end(cg, &c);
