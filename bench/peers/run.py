@@ -139,8 +139,8 @@ def serve(build):
     for line in sys.stdin:
         req = json.loads(line)
         key = (req["peer"], req["graph"], req["pass"])
-        if any(k[1] != key[1] for k in steps):  # a new graph: free the last one's tensors
-            steps = {k: v for k, v in steps.items() if k[1] == key[1]}
+        if any(k[1] != key[1] for k in steps):  # a new graph: steps hold one graph's, free them
+            steps.clear()
             gc.collect()
         try:
             if key not in steps:
