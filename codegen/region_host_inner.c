@@ -384,6 +384,7 @@ typedef struct ntplan {
 	uint32_t out[MAXNT];      /* output indices */
 	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
 	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
+	bool checked;             /* ok holds wherever the plan is used: no plain-store pass */
 	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
 } ntplan;
 
@@ -395,6 +396,7 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
 	const fj_rg_analysis *a = h->a;
 	int dr = a->dom->rank;
 	nt->n = 0;
+	nt->checked = false;
 	if (a->kmask != 1u << (dr - 1))
 		return;
 	for (uint32_t j = 0; j < h->k->nout && nt->n < MAXNT; j++) {
@@ -473,6 +475,7 @@ static bool stream_plan(hctx *h, const rowcache *rc, rowcache *rcs, ntplan *nts)
 		}
 	}
 	nts->ok = LLVMBuildAnd(BB, nts->ok, ok, "");
+	nts->checked = true; /* the version runs under nts->ok */
 	return true;
 }
 
@@ -638,7 +641,9 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 	}
 	/* D-sized outputs: one more pass over the row (in cache), streamed out
 	 * when the plan says so */
-	if (fj_rh_has_outputs(h, OUT_D) || h->part) {
+	if ((fj_rh_has_outputs(h, OUT_D) || h->part) && nt->n && nt->checked) {
+		output_pass_nt(h, rc, idx, nt);
+	} else if (fj_rh_has_outputs(h, OUT_D) || h->part) {
 		fj_cg_if c;
 		if (nt->n) {
 			fj_cg_if_begin(h->cg, &c, nt->ok);
