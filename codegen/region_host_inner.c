@@ -444,8 +444,11 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
  * P x V) ran its forward in 4.6 ms streamed against 3.9 in place, while
  * softmax on [8192,4096] f32 (128 MiB) went from 13.8-18.9 to 11.1-14.2 ms
  * (Zen 4, 2 threads, 8 alternating runs each; AVX2 code: 17.0-26.9 to
- * 14.6-20.6): in place, the plain stores first read every output line from
- * memory, 3 bytes moved for every 2 of a copy.
+ * 14.6-20.6). Why is not isolated (no performance counters in these VMs):
+ * in place, each output line is written twice and must stay in cache
+ * between the passes. The read for ownership of the plain stores is not
+ * the whole story: on Zen 4 a loop that computes and stores whole aligned
+ * 64-byte lines ran as fast with plain stores as with non-temporal ones.
  * Returns whether there is such a version (its condition in nts->ok). */
 enum { STREAM_MIN_BYTES = 32 << 20 };
 
