@@ -384,7 +384,7 @@ typedef struct ntplan {
 	uint32_t out[MAXNT];      /* output indices */
 	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
 	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
-	bool checked;             /* ok holds wherever the plan is used: no plain-store pass */
+	bool checked;             /* ok holds wherever the plan is used (n > 0): no plain-store pass */
 	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
 } ntplan;
 
@@ -644,8 +644,8 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 	}
 	/* D-sized outputs: one more pass over the row (in cache), streamed out
 	 * when the plan says so */
-	if ((fj_rh_has_outputs(h, OUT_D) || h->part) && nt->n && nt->checked) {
-		output_pass_nt(h, rc, idx, nt);
+	if ((fj_rh_has_outputs(h, OUT_D) || h->part) && nt->checked) {
+		output_pass_nt(h, rc, idx, nt); /* this version runs under nt->ok */
 	} else if (fj_rh_has_outputs(h, OUT_D) || h->part) {
 		fj_cg_if c;
 		if (nt->n) {
