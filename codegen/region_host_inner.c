@@ -376,8 +376,15 @@ static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMV
  * output pass writes the row, NTBUF bytes at a time, into a stack buffer
  * (L1) and a copy loop then moves each chunk out with non-temporal 64-byte
  * stores, which skip that read. The kernel ends with a fence: non-temporal
- * stores are weakly ordered. */
-enum { NTBUF = 16384, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
+ * stores are weakly ordered. A chunk of 2 KiB is still in L1 when the copy
+ * reads it back; one of 16 KiB (a whole 4096-float row) was not, behind the
+ * pass's other streams (the norm backwards read x, the tangent, the weight
+ * and the column partials). Zen 4, 2 threads, [8192,4096] f32, 6-8
+ * alternating runs, 16 -> 2 KiB: layer_norm backward 20.2-26.4 ->
+ * 18.5-23.4 ms, rms_norm backward 18.3-22.0 -> 15.1-19.8, log_softmax
+ * backward 17.6-23.0 -> 13.7-22.7, softmax forward 11.2-14.5 -> 10.6-14.5;
+ * 1 and 4 KiB ran like 2. */
+enum { NTBUF = 2048, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
 
 typedef struct ntplan {
 	int n;
