@@ -376,10 +376,11 @@ static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMV
  * output pass writes the row, NTBUF bytes at a time, into a stack buffer
  * (L1) and a copy loop then moves each chunk out with non-temporal 64-byte
  * stores, which skip that read. The kernel ends with a fence: non-temporal
- * stores are weakly ordered. A chunk of 2 KiB is still in L1 when the copy
- * reads it back; one of 16 KiB (a whole 4096-float row) was not, behind the
- * pass's other streams (the norm backwards read x, the tangent, the weight
- * and the column partials). Zen 4, 2 threads, [8192,4096] f32, 6-8
+ * stores are weakly ordered. Chunks are 2 KiB, so that (presumably: no
+ * performance counters here) the copy finds the chunk still in L1; a chunk
+ * of 16 KiB is a whole 4096-float row, behind the pass's other streams (the
+ * norm backwards read x, the tangent, the weight and the column partials).
+ * Zen 4, 2 threads, [8192,4096] f32, 6-8
  * alternating runs, 16 -> 2 KiB: layer_norm backward 20.2-26.4 ->
  * 18.5-23.4 ms, rms_norm backward 18.3-22.0 -> 15.1-19.8, log_softmax
  * backward 17.6-23.0 -> 13.7-22.7, softmax forward 11.2-14.5 -> 10.6-14.5;
@@ -459,30 +460,28 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
  * Returns whether there is such a version (its condition in nts->ok). */
 enum { STREAM_MIN_BYTES = 32 << 20 };
 
-static bool stream_plan(hctx *h, const rowcache *rc, rowcache *rcs, ntplan *nts)
+static bool stream_plan(hctx *h, const rowcache *rc, LLVMValueRef count, rowcache *rcs, ntplan *nts)
 {
 	if (rc->n == rc->nstack)
 		return false;
 	*rcs = *rc;
 	for (int k = 0; k < rc->n; k++)
-		if (rc->out[k]) {
-			rcs->out[k] = NULL;
-			rcs->buf[k] = fj_cg_var(h->cg, LLVMArrayType(rc->ty[k], ROWCACHE), NULL, "rowcache");
-			rcs->nstack++;
-		}
+		rcs->out[k] = NULL;
 	ntplan_make(h, nts, rcs);
-	LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLE, fj_rh_red_count(h), c64(h, ROWCACHE), "");
+	LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLE, count, c64(h, ROWCACHE), "");
 	for (int k = 0; k < rc->n; k++) {
 		const fj_cg_tensor *o = rc->out[k];
+		if (!o)
+			continue;
 		bool streamed = false;
-		for (int i = 0; o && i < nts->n; i++)
+		for (int i = 0; i < nts->n; i++)
 			streamed |= &h->out[nts->out[i]] == o;
-		if (o && !streamed)
+		if (!streamed)
 			return false;
-		if (o) {
-			LLVMValueRef bytes = LLVMBuildNSWMul(BB, o->numel, c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
-			ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSGE, bytes, c64(h, STREAM_MIN_BYTES), ""), "");
-		}
+		LLVMValueRef bytes = LLVMBuildNSWMul(BB, o->numel, c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
+		ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSGE, bytes, c64(h, STREAM_MIN_BYTES), ""), "");
+		rcs->buf[k] = fj_cg_var(h->cg, LLVMArrayType(rc->ty[k], ROWCACHE), NULL, "rowcache");
+		rcs->nstack++;
 	}
 	nts->ok = LLVMBuildAnd(BB, nts->ok, ok, "");
 	nts->checked = true; /* the version runs under nts->ok */
@@ -651,18 +650,19 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 	}
 	/* D-sized outputs: one more pass over the row (in cache), streamed out
 	 * when the plan says so */
-	if ((fj_rh_has_outputs(h, OUT_D) || h->part) && nt->checked) {
-		output_pass_nt(h, rc, idx, nt); /* this version runs under nt->ok */
-	} else if (fj_rh_has_outputs(h, OUT_D) || h->part) {
+	if (fj_rh_has_outputs(h, OUT_D) || h->part) {
 		fj_cg_if c;
-		if (nt->n) {
+		if (nt->checked) { /* this version runs under nt->ok */
+			output_pass_nt(h, rc, idx, nt);
+		} else if (nt->n) {
 			fj_cg_if_begin(h->cg, &c, nt->ok);
 			output_pass_nt(h, rc, idx, nt);
 			fj_cg_if_else(h->cg, &c);
-		}
-		output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
-		if (nt->n)
+			output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
 			fj_cg_if_end(h->cg, &c);
+		} else {
+			output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
+		}
 	}
 	fj_rg_scope_pop(r);
 }
@@ -698,15 +698,15 @@ void fj_rh_tpl_inner(hctx *h)
 		fj_rg_acc_init(r, a->reds[i], &accs[i]);
 	rowcache rc;
 	rowcache_plan(h, &rc);
+	rowspace rs = {.count = fj_rh_red_count(h)};
 	ntplan nt, nts;
 	ntplan_make(h, &nt, &rc);
 	rowcache rcs;
-	bool stream = stream_plan(h, &rc, &rcs, &nts);
+	bool stream = stream_plan(h, &rc, rs.count, &rcs, &nts);
 	bool par = fj_rh_pick_par_r(h);
 	LLVMValueRef rlo, rhi;
 	fj_rh_row_range(h, par, &rlo, &rhi);
 	/* R's dims */
-	rowspace rs = {.count = fj_rh_red_count(h)};
 	for (int d = 0; d < dr; d++)
 		if (!(a->kmask & (1u << d))) {
 			rs.dims[rs.nk] = fj_rg_dim(r, a->dom_v, d);
