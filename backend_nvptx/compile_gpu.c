@@ -68,7 +68,7 @@ static fj_status compile_ptx(fj_context *dctx, fj_nvptx_state *s, const char *sm
 	fj_rg_analysis a;
 	bool analysed = false;
 	if (st == FJ_OK) {
-		st = fj_rg_analyze(dctx, g, node, &a);
+		st = fj_gpu_analyze(dctx, g, node, &a);
 		analysed = st == FJ_OK;
 	}
 	if (st == FJ_OK) {
@@ -188,7 +188,7 @@ static fj_status region_compile(void *arg, fj_context *dctx, uint32_t i, void **
 	fj_rg_analysis a;
 	fj_status st = fj_nvptx_check_sm(dctx, q->sm);
 	if (st == FJ_OK)
-		st = fj_rg_analyze(dctx, q->g, q->node, &a);
+		st = fj_gpu_analyze(dctx, q->g, q->node, &a);
 	if (st != FJ_OK)
 		return st;
 	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
@@ -331,7 +331,7 @@ static fj_status emit_compile(void *arg, fj_context *dctx, uint32_t i, void **da
 	snprintf(h.suffix, sizeof h.suffix, "_h%012llx",
 	         (unsigned long long)(fj_kcache_hash(b->req[i].key, b->req[i].keylen, 0x707478) >> 16));
 	fj_rg_analysis a;
-	fj_status st = fj_rg_analyze(dctx, g, node, &a);
+	fj_status st = fj_gpu_analyze(dctx, g, node, &a);
 	if (st != FJ_OK)
 		return st;
 	const char *sfx[FJ_NVPTX_MAX_VARIANTS];
@@ -471,7 +471,7 @@ static fj_status emit_one_module(fj_context *ctx, const emit_batch *b, uint32_t 
 	fj_cg_init(&cg, ctx, fj_nvptx_cg_target(&c), c.llctx, c.mod);
 	for (uint32_t i = 0; i < n && st == FJ_OK; i++) {
 		fj_rg_analysis a;
-		st = fj_rg_analyze(ctx, b->g[i], b->node[i], &a);
+		st = fj_gpu_analyze(ctx, b->g[i], b->node[i], &a);
 		if (st != FJ_OK)
 			break;
 		st = fj_gpu_emit_region(&c, &cg, b->g[i], b->node[i], b->all ? -1 : 0, &a);

@@ -379,6 +379,18 @@ fj_status fj_gpu_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uin
 	return st;
 }
 
+fj_status fj_gpu_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)
+{
+	fj_status st = fj_rg_analyze(ctx, g, node, a);
+	if (st == FJ_OK && a->sched == FJ_RG_ATTENTION) {
+		fj_rg_analysis_free(a);
+		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, g->nodes[node].loc,
+		                       "fusion.kernel: schedule attention has no GPU kernel; fuse for the GPU without "
+		                       "attention=true (the default)");
+	}
+	return st;
+}
+
 /* The entry name of variant v. */
 void fj_gpu_entry_name(const fj_graph *g, uint32_t node, const fj_rg_analysis *a, int v, char entry[112])
 {
@@ -392,7 +404,7 @@ fj_status fj_nvptx_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, u
                                 char entries[][112])
 {
 	fj_rg_analysis a;
-	fj_status st = fj_rg_analyze(cg->ctx, g, node, &a);
+	fj_status st = fj_gpu_analyze(cg->ctx, g, node, &a);
 	if (st != FJ_OK)
 		return st;
 	const char *suffix[FJ_NVPTX_MAX_VARIANTS];
@@ -408,7 +420,7 @@ fj_status fj_nvptx_emit_region_variant(fj_nvptx_comp *c, fj_cg *cg, const fj_gra
                                        int *nvariants, char entry[112])
 {
 	fj_rg_analysis a;
-	fj_status st = fj_rg_analyze(cg->ctx, g, node, &a);
+	fj_status st = fj_gpu_analyze(cg->ctx, g, node, &a);
 	if (st != FJ_OK)
 		return st;
 	const char *suffix[FJ_NVPTX_MAX_VARIANTS];

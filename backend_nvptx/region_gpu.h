@@ -4,6 +4,7 @@
 #define FJ_NVPTX_REGION_GPU_H
 
 #include "backend_nvptx/nvptx.h"
+#include "codegen/region.h"
 
 #define FJ_NVPTX_MAX_VARIANTS 5
 
@@ -22,6 +23,10 @@ typedef struct fj_nvptx_kernel {
 	void *cumod;            /* CUmodule, once loaded */
 	void *fn[FJ_NVPTX_MAX_VARIANTS];
 } fj_nvptx_kernel;
+
+/* fj_rg_analyze for the GPU: also refuses a schedule that has no GPU
+ * template (attention, which only fuse{attention=true} makes). */
+fj_status fj_gpu_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a);
 
 /* Compiles region `node` of g (a fusion.kernel with a schedule) for target
  * sm (NULL: sm_80), or finds it in the context's kernel cache (cache/kcache.h,

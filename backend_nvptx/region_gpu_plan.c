@@ -79,7 +79,7 @@ fj_status fj_nvptx_plan_region(const fj_nvptx_kernel *k, const fj_nvptx_limits *
 		                       "nvptx: a launch plan needs the device's SM count and registers per SM (got %u, %u)",
 		                       lim ? lim->sm_count : 0, lim ? lim->regs_per_sm : 0);
 	fj_rg_analysis a;
-	fj_status st = fj_rg_analyze(ctx, g, node, &a);
+	fj_status st = fj_gpu_analyze(ctx, g, node, &a);
 	if (st != FJ_OK)
 		return st;
 	fj_gpu_sizes s = {

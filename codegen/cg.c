@@ -447,6 +447,14 @@ void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave)
 	fj_cg_loop_md(cg, br, props, n);
 }
 
+void fj_cg_loop_no_vectorize(fj_cg *cg, fj_cg_loop *l)
+{
+	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
+	LLVMMetadataRef off = fj_cg_loop_prop(cg, "llvm.loop.vectorize.enable", LLVMConstInt(cg->t_i1, 0, 0));
+	if (br)
+		fj_cg_loop_md(cg, br, &off, 1);
+}
+
 void fj_cg_if_begin(fj_cg *cg, fj_cg_if *c, LLVMValueRef cond)
 {
 	c->then_bb = LLVMAppendBasicBlockInContext(cg->llctx, cg->fn, "then");

@@ -179,6 +179,9 @@ void fj_cg_loop_md(fj_cg *cg, LLVMValueRef br, const LLVMMetadataRef *props, uns
  * its cost model's choice) and an interleave count (< 2: its choice; else
  * that many vector iterations side by side, and no unrolling after). */
 void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave);
+/* Marks loop l "do not vectorise" (llvm.loop.vectorize.enable false): strided
+ * stores, which would become scatters. */
+void fj_cg_loop_no_vectorize(fj_cg *cg, fj_cg_loop *l);
 
 /* The interleave of the host loops that evaluate a region per element
  * (stores, row reductions, a matmul's epilogue): four independent copies of

@@ -33,7 +33,7 @@ static const char *const sched_names[FJ_RG_SCHED_COUNT] = {
 	[FJ_RG_PERSISTENT_OUTER] = "persistent_outer", [FJ_RG_TRANSPOSE] = "transpose",
 	[FJ_RG_SCAN] = "scan", [FJ_RG_MATMUL] = "matmul", [FJ_RG_TAKE] = "take",
 	[FJ_RG_GATHER] = "gather", [FJ_RG_SCATTER] = "scatter",
-	[FJ_RG_PERSISTENT_INNER_OUTER] = "persistent_inner_outer",
+	[FJ_RG_PERSISTENT_INNER_OUTER] = "persistent_inner_outer", [FJ_RG_ATTENTION] = "attention",
 };
 
 bool fj_rg_schedule_from_name(const char *s, fj_rg_schedule *out)
@@ -324,6 +324,64 @@ static void plan_region(fj_rg_analysis *a)
 	}
 }
 
+/* attention: the pattern of ir/attention.c, ended by the matmul whose
+ * result (or a reshape of it) every result is; D is that matmul's result,
+ * no reduction is listed (the template runs the softmax itself). Values
+ * keep the classes the caller gave them (inputs, literals, FULL); the
+ * matmuls' results are OPAQUE, the reductions' REDUCTION. */
+static fj_status analyze_attention(fj_rg_analysis *a)
+{
+	const fj_graph *b = a->body;
+	uint8_t *scratch = fj_alloc(a->ctx, b->nnodes ? b->nnodes : 1);
+	if (!scratch)
+		return FJ_ERR_NOMEM;
+	fj_attn at;
+	bool found = false;
+	for (uint32_t i = 0; i < b->nnodes && !found; i++)
+		found = fj_attn_match(b, i, NULL, scratch, &at);
+	fj_free(a->ctx, scratch, b->nnodes ? b->nnodes : 1);
+	if (!found)
+		return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, a->node->loc,
+		                       "fusion.kernel: schedule attention needs softmax(f(Q K)) V in f32 (docs/IR.md §4)");
+	for (uint32_t i = 0; i < b->nnodes; i++) {
+		const fj_node *n = &b->nodes[i];
+		for (uint32_t o = 0; o < n->nopnds; o++)
+			if (n->opnds[o] != FJ_NOVAL)
+				a->vals[n->opnds[o]].nuses++;
+		uint8_t cls = n->op == FJ_OP_PRIMS_MATMUL ? FJ_RG_OPAQUE : is_reduction(n->op) ? FJ_RG_REDUCTION : FJ_RG_FULL;
+		for (uint32_t r = 0; r < n->nres; r++) {
+			a->vals[n->res[r]].cls = cls;
+			a->vals[n->res[r]].node = i;
+		}
+	}
+	for (uint32_t j = 0; j < b->nresults; j++) {
+		fj_rg_value *x = &a->vals[b->results[j]];
+		x->nuses++;
+		if (x->result < 0)
+			x->result = (int32_t)j;
+	}
+	a->opaque = at.mm2;
+	a->dom_v = b->nodes[at.mm2].res[0];
+	a->dom = &b->values[a->dom_v].type;
+	a->kmask = 0;
+	a->rrank = a->dom->rank;
+	for (uint32_t v = 0; v < b->nvalues; v++)
+		if (b->values[v].kind != FJ_VK_LITERAL) {
+			a->vals[v].in_d = same_dims(&b->values[v].type, a->dom);
+			a->vals[v].in_r = a->vals[v].in_d;
+		}
+	for (uint32_t j = 0; j < b->nresults; j++) {
+		fj_vid v = b->results[j];
+		const fj_type *t = &b->values[v].type;
+		if (!same_count(a->g->module, t, a->dom->dims, a->dom->rank) || a->vals[v].cls == FJ_RG_INPUT ||
+		    a->vals[v].cls == FJ_RG_LITERAL)
+			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, a->node->loc,
+			                       "fusion.kernel: attention: result %u is not the output P V", j);
+		a->vals[v].space = FJ_RG_SPACE_D;
+	}
+	return analyze_syms(a);
+}
+
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)
 {
 	memset(a, 0, sizeof *a);
@@ -347,10 +405,28 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, n->loc, "fusion.kernel: a kernel without results");
 	uint32_t nv = b->nvalues ? b->nvalues : 1;
 	a->vals = fj_alloc(ctx, nv * sizeof *a->vals);
+	if (!a->vals)
+		return FJ_ERR_NOMEM;
+	for (uint32_t v = 0; v < b->nvalues; v++) {
+		fj_rg_value *x = &a->vals[v];
+		memset(x, 0, sizeof *x);
+		x->index = -1;
+		x->result = -1;
+		x->node = FJ_NONODE;
+		x->cls = b->values[v].kind == FJ_VK_LITERAL ? FJ_RG_LITERAL : FJ_RG_FULL;
+	}
+	for (uint32_t i = 0; i < b->nparams; i++) {
+		a->vals[b->params[i]].cls = FJ_RG_INPUT;
+		a->vals[b->params[i]].index = (int32_t)i;
+	}
+	if (a->sched == FJ_RG_ATTENTION) {
+		fj_status st = analyze_attention(a);
+		if (st != FJ_OK)
+			fj_rg_analysis_free(a);
+		return st;
+	}
 	int8_t *dep = fj_alloc(ctx, nv);
-	if (!a->vals || !dep) {
-		if (dep)
-			fj_free(ctx, dep, nv);
+	if (!dep) {
 		fj_rg_analysis_free(a);
 		return FJ_ERR_NOMEM;
 	}
@@ -364,18 +440,6 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 	memset(col, 0, nv);
 	bool io = a->sched == FJ_RG_PERSISTENT_INNER_OUTER;
 	const fj_type *odom = NULL;
-	for (uint32_t v = 0; v < b->nvalues; v++) {
-		fj_rg_value *x = &a->vals[v];
-		memset(x, 0, sizeof *x);
-		x->index = -1;
-		x->result = -1;
-		x->node = FJ_NONODE;
-		x->cls = b->values[v].kind == FJ_VK_LITERAL ? FJ_RG_LITERAL : FJ_RG_FULL;
-	}
-	for (uint32_t i = 0; i < b->nparams; i++) {
-		a->vals[b->params[i]].cls = FJ_RG_INPUT;
-		a->vals[b->params[i]].index = (int32_t)i;
-	}
 	fj_status st = FJ_OK;
 	for (uint32_t i = 0; i < b->nnodes && st == FJ_OK; i++) {
 		const fj_node *bn = &b->nodes[i];

@@ -90,6 +90,7 @@ typedef enum fj_rg_schedule {
 	FJ_RG_GATHER,
 	FJ_RG_SCATTER,
 	FJ_RG_PERSISTENT_INNER_OUTER, /* persistent_inner plus column sums (outer reductions) */
+	FJ_RG_ATTENTION, /* softmax(f(Q K)) V (ir/attention.c): the host's flash kernel */
 	FJ_RG_SCHED_COUNT
 } fj_rg_schedule;
 
@@ -158,7 +159,8 @@ typedef struct fj_rg_analysis {
 	int nreds;
 	uint8_t red_phase[FJ_RG_MAX_REDS]; /* 0: operand independent of reductions; k: after phase k-1 */
 	int nphases;
-	uint32_t opaque;        /* the matmul / take / gather / scatter / cumsum node, or FJ_NONODE */
+	uint32_t opaque;        /* the matmul / take / gather / scatter / cumsum node, or FJ_NONODE
+	                         * (attention: the second matmul, O = P V; D is O's shape) */
 	bool has_row_d;         /* a ROW-dependent value of D's shape exists (persistent) */
 	/* persistent_inner_outer: the outer reductions, prims.sum over the dims
 	 * of D not in K (okmask = ~kmask), each kept apart from reds (which hold

@@ -77,7 +77,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/region_matmul.h"
 
-enum { KC = 256, KB = 64, MAX_ACC = 32 };
+enum { KC = 256, KB = 64 };
 
 typedef struct mm {
 	fj_cg *cg;
@@ -99,7 +99,7 @@ typedef struct mm {
 	int64_t a_ps;           /* ... and between micro-panels */
 	LLVMValueRef batch, M, N, K;
 	LLVMValueRef ap, bp, cb;  /* packed A, packed B, C tile */
-	LLVMValueRef accv[MAX_ACC]; /* micro-tile accumulators (variables) */
+	fj_rg_micro u;          /* the micro-kernel (its accumulators) */
 } mm;
 
 #define BB (m->cg->b)
@@ -186,8 +186,11 @@ static void plan(mm *m)
 	m->a_ps = m->apanel ? (int64_t)KC * m->mr : (int64_t)m->lda * m->mr;
 	m->vt = LLVMVectorType(m->et, (unsigned)m->w);
 	m->bt_in = bt_direct(m);
-	for (int i = 0; i < m->mr * m->nrv; i++)
-		m->accv[i] = fj_cg_var(cg, m->vt, NULL, "cacc");
+	fj_rg_micro_init(cg, &m->u, m->acc, m->mr, m->nrv);
+	m->u.a_is = m->a_is;
+	m->u.a_ks = m->a_ks;
+	m->u.b_ks = m->nr;
+	m->u.c_rs = m->nc;
 }
 
 /* ---- operands ---- */
@@ -254,15 +257,6 @@ static int fast_dim(mm *m, fj_vid v, int depth)
 	return -1;
 }
 
-/* Marks loop l "do not vectorise" (llvm.loop.vectorize.enable false). */
-static void no_vectorize(mm *m, fj_cg_loop *l)
-{
-	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
-	LLVMMetadataRef off = fj_cg_loop_prop(m->cg, "llvm.loop.vectorize.enable", LLVMConstInt(m->cg->t_i1, 0, 0));
-	if (br)
-		fj_cg_loop_md(m->cg, br, &off, 1);
-}
-
 /* Packs B micro-panels [jr0, jr1) of columns jc + jr*NR ... into Bp: panel
  * jr at Bp[jr*K*NR ...], [k][NR]. With `clamp` (the last, partial panel),
  * columns >= N read column N-1 and store 0; without it the column index is
@@ -297,7 +291,7 @@ static void pack_b_panels(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef j
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l2);
 	if (k_inner)
-		no_vectorize(m, &l2); /* strided stores: scatters cost more than scalar stores */
+		fj_cg_loop_no_vectorize(cg, &l2); /* strided stores: scatters cost more than scalar stores */
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l1);
 	fj_cg_loop_end(cg, &lb);
@@ -454,7 +448,7 @@ static void pack_a_panels(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef i
 		fj_rg_scope_pop(r);
 	}
 	fj_cg_loop_end(cg, &lr);
-	no_vectorize(m, &lr); /* across panels: gathers and scatters; the MR rows' run is one vector copy */
+	fj_cg_loop_no_vectorize(cg, &lr); /* across panels: gathers and scatters; the MR rows' run is one vector copy */
 	fj_cg_loop_end(cg, &lk);
 }
 
@@ -474,70 +468,78 @@ static void pack_a(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef nir, LLV
 
 /* ---- the micro-kernel ---- */
 
-static LLVMValueRef vload(mm *m, LLVMValueRef ptr)
+static LLVMValueRef uload(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef ptr)
 {
-	LLVMValueRef v = LLVMBuildLoad2(BB, m->vt, ptr, "");
-	LLVMSetAlignment(v, (unsigned)(m->w * m->esz)); /* every vector offset is a multiple of W */
+	LLVMValueRef v = LLVMBuildLoad2(cg->b, u->vt, ptr, "");
+	LLVMSetAlignment(v, (unsigned)(u->w * u->esz)); /* every vector offset is a multiple of W */
 	return v;
 }
 
-static void vstore(mm *m, LLVMValueRef ptr, LLVMValueRef v)
+static LLVMValueRef uat(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef base, int64_t off)
 {
-	LLVMSetAlignment(LLVMBuildStore(BB, v, ptr), (unsigned)(m->w * m->esz));
+	LLVMValueRef o = fj_cg_i64(cg, off);
+	return LLVMBuildInBoundsGEP2(cg->b, u->et, base, &o, 1, "");
 }
 
-static LLVMValueRef splat(mm *m, LLVMValueRef x)
+void fj_rg_micro_init(fj_cg *cg, fj_rg_micro *u, fj_dtype acc, int mr, int nrv)
 {
-	LLVMValueRef v = LLVMBuildInsertElement(BB, LLVMGetPoison(m->vt), x, fj_cg_i32(m->cg, 0), "");
-	LLVMValueRef mask = LLVMConstNull(LLVMVectorType(m->cg->t_i32, (unsigned)m->w));
-	return LLVMBuildShuffleVector(BB, v, LLVMGetPoison(m->vt), mask, "");
+	u->esz = acc == FJ_DT_F64 ? 8 : 4;
+	u->et = fj_cg_compute_type(cg, acc);
+	int bits = cg->target->vector_bits ? cg->target->vector_bits : 128;
+	u->w = bits / (8 * u->esz);
+	u->vt = LLVMVectorType(u->et, (unsigned)u->w);
+	u->mr = mr;
+	u->nrv = nrv;
+	FJ_ASSERT(mr * nrv <= FJ_RG_MICRO_MAX);
+	for (int i = 0; i < mr * nrv; i++)
+		u->accv[i] = fj_cg_var(cg, u->vt, NULL, "cacc");
 }
 
-static LLVMValueRef vfma(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
+/* The accumulators are variables: SROA makes them registers (loop phis). */
+void fj_rg_micro_emit(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c,
+                      LLVMValueRef kl, LLVMValueRef first)
 {
-	unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
-	LLVMValueRef f = LLVMGetIntrinsicDeclaration(m->cg->mod, id, &m->vt, 1);
-	LLVMTypeRef fty = LLVMIntrinsicGetType(m->cg->llctx, id, &m->vt, 1);
-	LLVMValueRef args[3] = {a, b, c};
-	return LLVMBuildCall2(BB, fty, f, args, 3, "");
-}
-
-/* Cb[MR x NR at c] (= 0 when `first`) += Ap micro-panel a (MR rows of kl:
- * rows a_is, k's a_ks elements apart) x Bp micro-panel b (kl x NR). The
- * accumulators are variables: SROA makes them registers (loop phis). */
-static void micro(mm *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c, LLVMValueRef kl, LLVMValueRef first)
-{
-	fj_cg *cg = m->cg;
+	LLVMBuilderRef bb = cg->b;
 	fj_cg_if f;
 	fj_cg_if_begin(cg, &f, first);
-	for (int i = 0; i < m->mr * m->nrv; i++)
-		fj_cg_set(cg, m->accv[i], LLVMConstNull(m->vt));
+	for (int i = 0; i < u->mr * u->nrv; i++)
+		fj_cg_set(cg, u->accv[i], LLVMConstNull(u->vt));
 	fj_cg_if_else(cg, &f);
-	for (int i = 0; i < m->mr; i++)
-		for (int v = 0; v < m->nrv; v++)
-			fj_cg_set(cg, m->accv[i * m->nrv + v],
-			          vload(m, at(m, c, c64(m, (int64_t)i * m->nc + v * m->w))));
+	for (int i = 0; i < u->mr; i++)
+		for (int v = 0; v < u->nrv; v++)
+			fj_cg_set(cg, u->accv[i * u->nrv + v], uload(cg, u, uat(cg, u, c, i * u->c_rs + v * u->w)));
 	fj_cg_if_end(cg, &f);
+	unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+	LLVMTypeRef vt = u->vt;
+	LLVMValueRef fma = LLVMGetIntrinsicDeclaration(cg->mod, id, &vt, 1);
+	LLVMTypeRef fty = LLVMIntrinsicGetType(cg->llctx, id, &vt, 1);
+	LLVMValueRef zeros = LLVMConstNull(LLVMVectorType(cg->t_i32, (unsigned)u->w));
 	fj_cg_loop lk;
-	fj_cg_loop_begin(cg, &lk, c64(m, 0), kl, "mk");
-	LLVMValueRef bk = at(m, b, mul(m, lk.iv, c64(m, m->nr)));
-	LLVMValueRef ak = at(m, a, mul(m, lk.iv, c64(m, m->a_ks)));
-	LLVMValueRef bvec[8];
-	for (int v = 0; v < m->nrv; v++)
-		bvec[v] = vload(m, at(m, bk, c64(m, v * m->w)));
-	for (int i = 0; i < m->mr; i++) {
-		LLVMValueRef x = LLVMBuildLoad2(BB, m->et, at(m, ak, c64(m, (int64_t)i * m->a_is)), "");
-		LLVMSetAlignment(x, (unsigned)m->esz);
-		LLVMValueRef xs = splat(m, x);
-		for (int v = 0; v < m->nrv; v++) {
-			LLVMValueRef var = m->accv[i * m->nrv + v];
-			fj_cg_set(cg, var, vfma(m, xs, bvec[v], fj_cg_get(cg, var, m->vt)));
+	fj_cg_loop_begin(cg, &lk, fj_cg_i64(cg, 0), kl, "mk");
+	LLVMValueRef bo = LLVMBuildNSWMul(bb, lk.iv, fj_cg_i64(cg, u->b_ks), "");
+	LLVMValueRef ao = LLVMBuildNSWMul(bb, lk.iv, fj_cg_i64(cg, u->a_ks), "");
+	LLVMValueRef bk = LLVMBuildInBoundsGEP2(bb, u->et, b, &bo, 1, "");
+	LLVMValueRef ak = LLVMBuildInBoundsGEP2(bb, u->et, a, &ao, 1, "");
+	LLVMValueRef bvec[FJ_RG_MICRO_MAX];
+	for (int v = 0; v < u->nrv; v++)
+		bvec[v] = uload(cg, u, uat(cg, u, bk, v * u->w));
+	for (int i = 0; i < u->mr; i++) {
+		LLVMValueRef x = LLVMBuildLoad2(bb, u->et, uat(cg, u, ak, i * u->a_is), "");
+		LLVMSetAlignment(x, (unsigned)u->esz);
+		LLVMValueRef xv = LLVMBuildInsertElement(bb, LLVMGetPoison(u->vt), x, fj_cg_i32(cg, 0), "");
+		LLVMValueRef xs = LLVMBuildShuffleVector(bb, xv, LLVMGetPoison(u->vt), zeros, "");
+		for (int v = 0; v < u->nrv; v++) {
+			LLVMValueRef var = u->accv[i * u->nrv + v];
+			LLVMValueRef args[3] = {xs, bvec[v], fj_cg_get(cg, var, u->vt)};
+			fj_cg_set(cg, var, LLVMBuildCall2(bb, fty, fma, args, 3, ""));
 		}
 	}
 	fj_cg_loop_end(cg, &lk);
-	for (int i = 0; i < m->mr; i++)
-		for (int v = 0; v < m->nrv; v++)
-			vstore(m, at(m, c, c64(m, (int64_t)i * m->nc + v * m->w)), fj_cg_get(cg, m->accv[i * m->nrv + v], m->vt));
+	for (int i = 0; i < u->mr; i++)
+		for (int v = 0; v < u->nrv; v++)
+			LLVMSetAlignment(LLVMBuildStore(bb, fj_cg_get(cg, u->accv[i * u->nrv + v], u->vt),
+			                                uat(cg, u, c, i * u->c_rs + v * u->w)),
+			                 (unsigned)(u->w * u->esz));
 }
 
 /* ---- one tile ---- */
@@ -553,7 +555,7 @@ static void macro(mm *m, LLVMValueRef nir, LLVMValueRef njr, LLVMValueRef pc, LL
 	fj_cg_loop_begin(cg, &li, c64(m, 0), nir, "ir");
 	LLVMValueRef apan = at(m, m->ap, mul(m, li.iv, c64(m, m->a_ps)));
 	LLVMValueRef cptr = at(m, m->cb, add(m, mul(m, li.iv, c64(m, (int64_t)m->mr * m->nc)), ccol));
-	micro(m, apan, bpan, cptr, kl, LLVMBuildICmp(BB, LLVMIntEQ, pc, c64(m, 0), ""));
+	fj_rg_micro_emit(cg, &m->u, apan, bpan, cptr, kl, LLVMBuildICmp(BB, LLVMIntEQ, pc, c64(m, 0), ""));
 	fj_cg_loop_end(cg, &li);
 	fj_cg_loop_end(cg, &lj);
 }
@@ -594,35 +596,51 @@ static void epilogue(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef jc, LL
 /* ---- the tile loop ---- */
 
 /* The tiles [*t0, *t1) of this call (see the header). */
-static void tile_range(mm *m, LLVMValueRef ntiles, LLVMValueRef *t0, LLVMValueRef *t1)
+void fj_rg_tile_range(fj_cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef extent, LLVMValueRef ntiles,
+                      LLVMValueRef *t0, LLVMValueRef *t1)
 {
-	LLVMValueRef extent = mul(m, mul(m, m->batch, m->M), m->N);
-	LLVMValueRef q = cdiv(m, extent, ntiles);
-	LLVMValueRef x[2] = {m->hm->lo, m->hm->hi};
+	LLVMBuilderRef b = cg->b;
+	LLVMValueRef one = fj_cg_i64(cg, 1);
+	/* ceil(x / y) for x >= 0, y > 0 */
+	LLVMValueRef q = LLVMBuildUDiv(b, LLVMBuildNSWSub(b, LLVMBuildNSWAdd(b, extent, ntiles, ""), one, ""), ntiles, "");
+	LLVMValueRef x[2] = {lo, hi};
 	for (int i = 0; i < 2; i++) {
-		LLVMValueRef f = imin(m, cdiv(m, x[i], q), ntiles);
-		LLVMValueRef end = LLVMBuildICmp(BB, LLVMIntSGE, x[i], extent, "");
-		x[i] = LLVMBuildSelect(BB, end, ntiles, f, "");
+		LLVMValueRef c = LLVMBuildUDiv(b, LLVMBuildNSWSub(b, LLVMBuildNSWAdd(b, x[i], q, ""), one, ""), q, "");
+		LLVMValueRef f = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, c, ntiles, ""), c, ntiles, "");
+		LLVMValueRef end = LLVMBuildICmp(b, LLVMIntSGE, x[i], extent, "");
+		x[i] = LLVMBuildSelect(b, end, ntiles, f, "");
 	}
 	*t0 = x[0];
 	*t1 = x[1];
 }
 
-/* The heap block for Ap, Bp and Cb (NULL on failure), its parts set in m. */
-static LLVMValueRef alloc_block(mm *m)
+LLVMValueRef fj_rg_aligned_alloc(fj_cg *cg, LLVMValueRef bytes)
 {
-	fj_cg *cg = m->cg;
-	int64_t fixed = (int64_t)m->mc * m->lda + (int64_t)m->mc * m->nc;
-	LLVMValueRef elems = add(m, c64(m, fixed), mul(m, m->K, c64(m, m->nc)));
-	LLVMValueRef bytes = mul(m, elems, c64(m, m->esz));
-	bytes = LLVMBuildAnd(BB, add(m, bytes, c64(m, 63)), c64(m, -64), ""); /* aligned_alloc: a multiple of 64 */
+	bytes = LLVMBuildAnd(cg->b, LLVMBuildNSWAdd(cg->b, bytes, fj_cg_i64(cg, 63), ""), fj_cg_i64(cg, -64), "");
 	LLVMTypeRef ps[2] = {cg->t_i64, cg->t_i64};
 	LLVMTypeRef fty = LLVMFunctionType(cg->t_ptr, ps, 2, 0);
 	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, "aligned_alloc");
 	if (!f)
 		f = LLVMAddFunction(cg->mod, "aligned_alloc", fty);
-	LLVMValueRef args[2] = {c64(m, 64), bytes};
-	LLVMValueRef blk = LLVMBuildCall2(BB, fty, f, args, 2, "mmbuf");
+	LLVMValueRef args[2] = {fj_cg_i64(cg, 64), bytes};
+	return LLVMBuildCall2(cg->b, fty, f, args, 2, "mmbuf");
+}
+
+void fj_rg_free(fj_cg *cg, LLVMValueRef p)
+{
+	LLVMTypeRef fty = LLVMFunctionType(cg->t_void, &cg->t_ptr, 1, 0);
+	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, "free");
+	if (!f)
+		f = LLVMAddFunction(cg->mod, "free", fty);
+	LLVMBuildCall2(cg->b, fty, f, &p, 1, "");
+}
+
+/* The heap block for Ap, Bp and Cb (NULL on failure), its parts set in m. */
+static LLVMValueRef alloc_block(mm *m)
+{
+	int64_t fixed = (int64_t)m->mc * m->lda + (int64_t)m->mc * m->nc;
+	LLVMValueRef elems = add(m, c64(m, fixed), mul(m, m->K, c64(m, m->nc)));
+	LLVMValueRef blk = fj_rg_aligned_alloc(m->cg, mul(m, elems, c64(m, m->esz)));
 	/* Cb and Ap first: their rows (NC, LDA elements) are multiples of 64
 	 * bytes, so every part, and every B vector of Bp and Cb, is 64-byte
 	 * aligned */
@@ -630,16 +648,6 @@ static LLVMValueRef alloc_block(mm *m)
 	m->ap = at(m, blk, c64(m, (int64_t)m->mc * m->nc));
 	m->bp = at(m, blk, c64(m, fixed));
 	return blk;
-}
-
-static void free_block(mm *m, LLVMValueRef blk)
-{
-	fj_cg *cg = m->cg;
-	LLVMTypeRef fty = LLVMFunctionType(cg->t_void, &cg->t_ptr, 1, 0);
-	LLVMValueRef f = LLVMGetNamedFunction(cg->mod, "free");
-	if (!f)
-		f = LLVMAddFunction(cg->mod, "free", fty);
-	LLVMBuildCall2(BB, fty, f, &blk, 1, "");
 }
 
 /* One tile t: (batch, N-tile, M-tile) with the M-tile fastest. `cur` holds
@@ -694,7 +702,7 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	/* the runtime never calls with an empty result; a zero-sized M or N
 	 * would make ntiles 0 (and q a division by zero) */
 	fj_cg_if_begin(cg, &some, LLVMBuildICmp(BB, LLVMIntSGT, ntiles, c64(m, 0), ""));
-	tile_range(m, ntiles, &t0, &t1);
+	fj_rg_tile_range(cg, hm->lo, hm->hi, mul(m, mul(m, m->batch, m->M), m->N), ntiles, &t0, &t1);
 	fj_cg_if work;
 	fj_cg_if_begin(cg, &work, LLVMBuildICmp(BB, LLVMIntSLT, t0, t1, ""));
 	LLVMValueRef blk = alloc_block(m);
@@ -710,7 +718,7 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	tile(m, lt.iv, mt, nt, cur);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lt);
-	free_block(m, blk);
+	fj_rg_free(cg, blk);
 	fj_cg_if_end(cg, &ok);
 	fj_cg_if_end(cg, &work);
 	fj_cg_if_end(cg, &some);

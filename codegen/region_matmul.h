@@ -19,6 +19,36 @@ typedef struct fj_rg_host_mm {
 	void *ud;
 } fj_rg_host_mm;
 
+/* The register-blocked micro-kernel, shared with the attention template
+ * (region_host_attention.c): C (= 0 when `first`, an i1) += A x B over kl
+ * (i64) k's, C an MR x NRV*W block kept in MR*NRV vector registers: per k,
+ * NRV vectors of B are loaded, MR scalars of A broadcast, MR*NRV
+ * llvm.fmuladd issued. A: MR rows a_is elements apart, its k's a_ks apart;
+ * B: rows of NRV*W elements, b_ks apart; C: rows c_rs apart. Every B and C
+ * vector must be W elements aligned. W: the target's register width in
+ * elements of et (f32 or f64). */
+#define FJ_RG_MICRO_MAX 32
+typedef struct fj_rg_micro {
+	LLVMTypeRef et, vt;
+	int esz, w, mr, nrv;
+	int64_t a_is, a_ks, b_ks, c_rs;
+	LLVMValueRef accv[FJ_RG_MICRO_MAX]; /* MR*NRV variables (fj_cg_var) */
+} fj_rg_micro;
+/* Sets the types and W for accumulation dtype acc (F32 or F64) and creates
+ * the accumulators; the caller sets the strides. */
+void fj_rg_micro_init(fj_cg *cg, fj_rg_micro *u, fj_dtype acc, int mr, int nrv);
+void fj_rg_micro_emit(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c,
+                      LLVMValueRef kl, LLVMValueRef first);
+
+/* The tiles [*t0, *t1) of ntiles (> 0) that a call for [lo, hi) of a
+ * parallel space of `extent` elements runs (region_matmul.c's header: every
+ * tile once over any partition of the space into calls). */
+void fj_rg_tile_range(fj_cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef extent, LLVMValueRef ntiles,
+                      LLVMValueRef *t0, LLVMValueRef *t1);
+/* aligned_alloc(64, bytes rounded up to 64) (NULL on failure), and free. */
+LLVMValueRef fj_rg_aligned_alloc(fj_cg *cg, LLVMValueRef bytes);
+void fj_rg_free(fj_cg *cg, LLVMValueRef p);
+
 /* Does the packed template handle region a (a float matmul of rank 2 or 3
  * whose result 0 has D's shape)? Else the caller keeps its simple loop. */
 bool fj_rg_host_matmul_handles(const fj_rg_analysis *a);

@@ -519,6 +519,26 @@ double fj_attr_as_float(const fj_attr *a);
 bool fj_attr_is_none(const fj_attr *a);
 bool fj_attr_equal(const fj_attr *a, const fj_attr *b);
 
+/* ---- the attention pattern (ir/attention.c) ---- */
+
+/* O = softmax(f(Q K)) V in prims, read back from its second matmul (the
+ * shape matched is described in ir/attention.c). */
+#define FJ_ATTN_MAX_NODES 64
+typedef struct fj_attn {
+	uint32_t mm1, mm2;   /* S = Q K and O = P V (node indexes) */
+	uint32_t amax, sum;  /* the softmax's reductions */
+	fj_vid s;            /* mm1's result */
+	fj_vid x;            /* the softmax's operand: S through the score chain */
+	fj_vid mx, e, l, p;  /* amax(X), exp(X - MX), sum(E), E / L */
+	uint32_t nodes[FJ_ATTN_MAX_NODES]; /* every node of the pattern, ascending */
+	uint32_t nnodes;
+} fj_attn;
+
+/* Does node mm2 of g end an attention pattern whose values (but mm2's
+ * result) are used by its own nodes only? live: per node, NULL when every
+ * node is (dead nodes' uses are ignored); scratch: g->nnodes bytes. */
+bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out);
+
 /* ---- type inference (ir/infer.c) ---- */
 
 struct fj_infer {

@@ -1475,7 +1475,89 @@ static fj_status emit(fuser *f, uint32_t *nkernels)
 
 /* ---- the pass ---- */
 
-static fj_status fuse_graph(fj_module *m, fj_graph *g, uint32_t *nkernels, bool *changed)
+/* ---- attention (fuse{attention=true}) ---- */
+
+/* Is node d a layout op of one result, not returned, whose consumers are
+ * all in the group grp[0..n)? */
+static bool group_layout(const fuser *f, uint32_t d, const uint32_t *grp, uint32_t n)
+{
+	const fj_node *x = &f->g->nodes[d];
+	if (f->cls[d] != NC_FUSIBLE || !(op_flags(f, d) & FJ_OPF_LAYOUT) || x->nres != 1 || f->returned[x->res[0]])
+		return false;
+	for (uint32_t u = f->ustart[x->res[0]]; u < f->ustart[x->res[0] + 1]; u++) {
+		bool in = false;
+		for (uint32_t k = 0; k < n && !in; k++)
+			in = grp[k] == f->ulist[u];
+		if (!in)
+			return false;
+	}
+	return true;
+}
+
+/* Groups each attention pattern (ir/attention.c) into one solo region,
+ * before the merging rounds: the two matmuls, the score chain and the
+ * softmax, with the layout ops that only the group reads (Q, K and V
+ * reshaped or transposed from other kernels' results, read in place) and
+ * reshapes of the output (heads unfolded from the batch), so that neither
+ * the scores nor the weights are ever written to memory. The schedule pass
+ * names such a region `attention`. */
+static void group_attention(fuser *f, const bool *live)
+{
+	enum { CAP = FJ_ATTN_MAX_NODES + 32 };
+	fj_graph *g = f->g;
+	for (uint32_t i = 0; i < f->nn; i++) {
+		fj_attn at;
+		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
+		    !fj_attn_match(g, i, live, f->flag, &at))
+			continue;
+		uint32_t grp[CAP], n = 0;
+		bool ok = true;
+		for (uint32_t k = 0; k < at.nnodes && ok; k++) {
+			uint32_t x = at.nodes[k];
+			ok = (f->cls[x] == NC_FUSIBLE || f->cls[x] == NC_MATMUL) && f->parent[x] == x && f->next[x] == FJ_NONODE;
+			grp[n++] = x;
+		}
+		/* layout prologues of the matmuls (transitively), to a fixed point */
+		for (bool grew = ok; grew;) {
+			grew = false;
+			for (uint32_t k = 0; k < n && n < CAP; k++) {
+				const fj_node *x = &g->nodes[grp[k]];
+				if (x->op != FJ_OP_PRIMS_MATMUL && !(op_flags(f, grp[k]) & FJ_OPF_LAYOUT))
+					continue;
+				for (uint32_t o = 0; o < x->nopnds && n < CAP; o++) {
+					uint32_t d = def_node(g, x->opnds[o]);
+					bool have = false;
+					for (uint32_t j = 0; j < n && !have; j++)
+						have = grp[j] == d;
+					if (d != FJ_NONODE && !have && f->parent[d] == d && group_layout(f, d, grp, n)) {
+						grp[n++] = d;
+						grew = true;
+					}
+				}
+			}
+		}
+		/* reshapes of the output, its only consumer each */
+		for (fj_vid o = g->nodes[i].res[0]; ok && n < CAP && !f->returned[o] && f->ustart[o + 1] == f->ustart[o] + 1;) {
+			uint32_t c = f->ulist[f->ustart[o]];
+			if (g->nodes[c].op != FJ_OP_PRIMS_RESHAPE || f->cls[c] != NC_FUSIBLE || f->parent[c] != c)
+				break;
+			grp[n++] = c;
+			o = g->nodes[c].res[0];
+		}
+		if (!ok)
+			continue;
+		qsort(grp, n, sizeof *grp, cmp_u32);
+		uint32_t root = grp[0];
+		for (uint32_t k = 0; k < n; k++) {
+			f->parent[grp[k]] = root;
+			f->next[grp[k]] = k + 1 < n ? grp[k + 1] : FJ_NONODE;
+		}
+		f->head[root] = root;
+		f->rflags[root] = RF_SOLO;
+	}
+}
+
+static fj_status fuse_graph(fj_module *m, fj_graph *g, bool attention, uint32_t *nkernels, bool *changed)
 {
 	fj_context *ctx = m->ctx;
 	fuser f = {.ctx = ctx, .m = m, .g = g, .nn = g->nnodes, .nv = g->nvalues};
@@ -1557,6 +1639,8 @@ static fj_status fuse_graph(fj_module *m, fj_graph *g, uint32_t *nkernels, bool 
 		f.head[i] = i;
 		f.rflags[i] = f.cls[i] == NC_MATMUL ? RF_MATMUL : f.cls[i] == NC_SOLO ? RF_SOLO : 0;
 	}
+	if (attention)
+		group_attention(&f, live);
 	if (!compute_levels(&f)) {
 		st = FJ_ERR_NOMEM;
 		goto out;
@@ -1591,7 +1675,7 @@ fj_status fj_pass_fuse(fj_pass_run *r)
 		fj_graph *g = m->graphs[i];
 		uint32_t nk = 0;
 		bool changed = false;
-		fj_status st = fuse_graph(m, g, &nk, &changed);
+		fj_status st = fuse_graph(m, g, fj_pass_opt_bool(r, "attention"), &nk, &changed);
 		if (st)
 			return st;
 		if (changed)

@@ -3,6 +3,8 @@
  * (block sizes, vector width, how many rows per block, when a persistent row
  * spills to several passes) are chosen by the backends from the sizes at run
  * time; this pass only names the shape, from the region's content:
+ *   attention  a region holding two prims.matmul (fuse{attention=true}
+ *            groups softmax(f(Q K)) V so: ir/attention.c);
  *   matmul / take / gather / scatter / scan   a region holding prims.matmul
  *            (with its pointwise epilogue), take, gather, scatter_add or
  *            index_add, cumsum;
@@ -33,12 +35,15 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 {
 	const fj_context *ctx = fj_graph_ctx(b);
 	const fj_type *d = NULL;
-	uint32_t kmask = 0;
+	uint32_t kmask = 0, nmm = 0;
 	bool persistent = false, transpose = false, two = false;
+	for (uint32_t i = 0; i < b->nnodes; i++)
+		nmm += b->nodes[i].op == FJ_OP_PRIMS_MATMUL;
+	if (nmm)
+		return nmm > 1 ? "attention" : "matmul";
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		switch (n->op) {
-		case FJ_OP_PRIMS_MATMUL: return "matmul";
 		case FJ_OP_PRIMS_TAKE: return "take";
 		case FJ_OP_PRIMS_GATHER: return "gather";
 		case FJ_OP_PRIMS_SCATTER_ADD:

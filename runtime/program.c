@@ -63,7 +63,9 @@ struct fj_rt_program {
 /* The fused copy of g: g copied alone into a module of its own (ir/clone.c;
  * the copy keeps g's places, so errors point into the user's file) and run
  * through the `default` pipeline (verify, decompose, canonicalize, fuse,
- * schedule). */
+ * schedule) with fuse{attention=true}: softmax(f(Q K)) V becomes one
+ * flash-attention kernel, which the host has (the GPU keeps three). */
+#define HOST_PIPELINE "verify,decompose,canonicalize,fuse{attention=true},schedule"
 static fj_status fuse_copy(fj_context *ctx, const fj_graph *g, fj_module **mout, fj_graph **gout)
 {
 	*mout = NULL;
@@ -72,7 +74,7 @@ static fj_status fuse_copy(fj_context *ctx, const fj_graph *g, fj_module **mout,
 	fj_graph *c = NULL;
 	fj_status st = fj_graph_clone(g, &m, &c);
 	if (st == FJ_OK)
-		st = fj_run_pipeline(m, fj_named_pipeline("default"), NULL);
+		st = fj_run_pipeline(m, HOST_PIPELINE, NULL);
 	fj_graph *fg = st == FJ_OK ? fj_module_find_graph(m, g->name) : NULL;
 	if (st == FJ_OK && !fg)
 		st = fj_error_status(ctx, FJ_ERR_INTERNAL, g->loc, "host executor: graph @%s lost by the pipeline", g->name);

@@ -1,0 +1,487 @@
+/* region_host_attention.c -- the host template of attention regions
+ * (schedule attention: O = softmax(f(Q K)) V, the pattern of
+ * ir/attention.c): one flash-attention kernel, the scores and the weights
+ * never in memory, only one block of them in L1.
+ *
+ * Q: [B, M, Dk], K: [B, Dk, N] (mm1's operands: usually K^T, a transpose
+ * of the keys read in place), V: [B, N, Dv]; rank 2 without the batch.
+ * Every operand element comes from the evaluator (region.h), so reshapes,
+ * transposes and converts in front of the matmuls work as anywhere.
+ *
+ * Per call (a range of tiles, as the matmul template: FJ_CG_PAR_PER_THREAD
+ * over the output, tiles (batch, MB rows) in that order), one heap block:
+ *   Kp  K of the current batch as NR-column micro-panels [k][NR] (columns
+ *       past N are zeros), packed when the batch changes;
+ *   Vp  V of the current batch as NR-column panels [n][NR] (columns past
+ *       Dv are zeros), packed with Kp;
+ *   Qp  the tile's MB rows of Q as MR-row micro-panels [k][MR];
+ *   Sb  MB x NB scores, then weights, of the current key block;
+ *   Oa  MB x Dv' accumulators (Dv' = Dv rounded up to NR), in NR-column
+ *       panels; m, l: per row, the running max and sum.
+ * Per tile, per block of NB keys (the online softmax of FlashAttention,
+ * Dao et al. 2022, Algorithm 1):
+ *   Sb = Qp x Kp (the matmul micro-kernel, fj_rg_micro_emit);
+ *   per row: x = the score chain at each score (the evaluator, with S bound
+ *       to the score: the scale, the masks), kept in Sb; the block's max
+ *       (NaN-propagating, as prims.amax), m' = max(m, block max),
+ *       e = the region's own E = exp(X - MX) with MX bound to m' (to 0
+ *       when m' is -inf: a row masked so far adds nothing), kept in Sb;
+ *       a = exp(m - m'), l = l a + sum(e), Oa row *= a;
+ *   Oa += Sb x Vp (the micro-kernel again, k over the block's keys).
+ * Then O = Oa / l per row, bound as mm2's value, and every result stored
+ * through the region's epilogue (the reshape back to heads, a conversion).
+ * A row every key of which is -inf gives 0 / 0 = NaN, as softmax does; a
+ * NaN score gives NaN. The order of the sums differs from the three
+ * kernels' (P = E / L rounded, then P V): results agree to the matmul's
+ * tolerance, not bit for bit.
+ *
+ * Sizes: MR x NRV vectors per micro-tile as the matmul's (12 x 2 x 16 f32
+ * with AVX-512, 6 x 2 x 8 with AVX2), MB = 24 rows, NB = 128 keys: Sb is
+ * 12 KiB, Oa 6 KiB for Dv = 64; Kp and Vp, N x Dk and N x Dv floats, stay
+ * in L2 for a few thousand keys. An empty key dim (N = 0) is the softmax of
+ * nothing: FJ_KERR_VALUE, as prims.amax of no element.
+ */
+#include <math.h>
+
+#include "codegen/region_host_internal.h"
+
+enum { MB = 24, NB = 128 };
+
+typedef struct att {
+	hctx *h;
+	fj_cg *cg;
+	fj_rg *r;
+	fj_attn m;
+	fj_vid qv, kv, vv, ov;  /* Q, K (mm1), V (mm2's second operand), O (mm2's result) */
+	int rank, xrank;        /* of the matmuls (2 or 3), of the scores X */
+	int mr, nr;             /* micro-tile rows, columns (NRV x W) */
+	fj_rg_micro us, uo;     /* the micro-kernel for Sb = Qp Kp, for Oa += Sb Vp */
+	LLVMTypeRef f32;
+	LLVMValueRef batch, M, N, Dk, Dv, Dvp, npan; /* npan: key panels (N rounded up to NR, / NR) */
+	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow;
+	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
+} att;
+
+#undef BB
+#define BB (t->cg->b)
+
+static LLVMValueRef k64(att *t, int64_t v) { return fj_cg_i64(t->cg, v); }
+static LLVMValueRef add(att *t, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildNSWAdd(BB, a, b, ""); }
+static LLVMValueRef mul(att *t, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildNSWMul(BB, a, b, ""); }
+static LLVMValueRef smin(att *t, LLVMValueRef a, LLVMValueRef b)
+{
+	return LLVMBuildSelect(BB, LLVMBuildICmp(BB, LLVMIntSLT, a, b, ""), a, b, "");
+}
+static LLVMValueRef cdiv(att *t, LLVMValueRef a, int64_t b)
+{
+	return LLVMBuildUDiv(BB, add(t, a, k64(t, b - 1)), k64(t, b), "");
+}
+static LLVMValueRef at(att *t, LLVMValueRef base, LLVMValueRef off)
+{
+	return LLVMBuildInBoundsGEP2(BB, t->f32, base, &off, 1, "");
+}
+static LLVMValueRef ld(att *t, LLVMValueRef p)
+{
+	LLVMValueRef x = LLVMBuildLoad2(BB, t->f32, p, "");
+	LLVMSetAlignment(x, 4);
+	return x;
+}
+static void st(att *t, LLVMValueRef p, LLVMValueRef x) { LLVMSetAlignment(LLVMBuildStore(BB, x, p), 4); }
+static LLVMValueRef f32c(att *t, double x) { return LLVMConstReal(t->f32, x); }
+
+/* Operand v (Q, K or V) at (batch b, row, col), as f32. */
+static LLVMValueRef operand_at(att *t, fj_vid v, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col)
+{
+	LLVMValueRef idx[3];
+	int n = 0;
+	if (t->rank == 3)
+		idx[n++] = b;
+	idx[n++] = row;
+	idx[n++] = col;
+	fj_rg_point p;
+	fj_rg_point_idx(&p, t->rank, idx);
+	return fj_rg_eval_as(t->r, v, &p, FJ_DT_F32);
+}
+
+/* ---- packing ---- */
+
+/* dst[base + k * stride] = (ok ? v at (b, row, k) : 0) for k < Dk, or, with
+ * `cols`, v at (b, k, row) (K's column `row`): one packed run along Dk,
+ * read along the operand's unit stride (Q's rows, K^T's columns), stored
+ * `stride` apart (scalar stores, as the matmul's transposed packing). */
+static void pack_run(att *t, fj_vid v, bool cols, LLVMValueRef b, LLVMValueRef row, LLVMValueRef ok,
+                     LLVMValueRef dst, LLVMValueRef base, int64_t stride)
+{
+	fj_cg_loop lk;
+	fj_cg_loop_begin(t->cg, &lk, k64(t, 0), t->Dk, "pk");
+	fj_rg_scope_push(t->r);
+	LLVMValueRef e = cols ? operand_at(t, v, b, lk.iv, row) : operand_at(t, v, b, row, lk.iv);
+	st(t, at(t, dst, add(t, base, mul(t, lk.iv, k64(t, stride)))), LLVMBuildSelect(BB, ok, e, f32c(t, 0), ""));
+	fj_rg_scope_pop(t->r);
+	fj_cg_loop_end(t->cg, &lk);
+	fj_cg_loop_no_vectorize(t->cg, &lk);
+}
+
+
+/* Kp and Vp for batch b. */
+static void pack_kv(att *t, LLVMValueRef b)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	LLVMValueRef nlast = LLVMBuildNSWSub(BB, t->N, k64(t, 1), "");
+	fj_cg_loop lj, lc;
+	fj_cg_loop_begin(cg, &lj, k64(t, 0), t->npan, "kpan");
+	fj_cg_loop_begin(cg, &lc, k64(t, 0), k64(t, t->nr), "kcol");
+	fj_rg_scope_push(r);
+	LLVMValueRef col = add(t, mul(t, lj.iv, k64(t, t->nr)), lc.iv);
+	LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLT, col, t->N, "");
+	LLVMValueRef colc = smin(t, col, nlast);
+	LLVMValueRef base = add(t, mul(t, lj.iv, mul(t, t->Dk, k64(t, t->nr))), lc.iv);
+	pack_run(t, t->kv, true, b, colc, ok, t->kp, base, t->nr);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lc);
+	fj_cg_loop_end(cg, &lj);
+	/* V: panel jv at jv * N * NR, row n at n * NR (unit stride both ways) */
+	LLVMValueRef dlast = LLVMBuildNSWSub(BB, t->Dv, k64(t, 1), "");
+	fj_cg_loop ln, lp, lv;
+	fj_cg_loop_begin(cg, &ln, k64(t, 0), t->N, "vrow");
+	fj_rg_scope_push(r);
+	fj_cg_loop_begin(cg, &lp, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "vpan");
+	LLVMValueRef c0 = mul(t, lp.iv, k64(t, t->nr));
+	LLVMValueRef vrow = at(t, t->vp, mul(t, add(t, mul(t, lp.iv, t->N), ln.iv), k64(t, t->nr)));
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), k64(t, t->nr), "vcol");
+	fj_rg_scope_push(r);
+	LLVMValueRef vc = add(t, c0, lv.iv);
+	LLVMValueRef ok2 = LLVMBuildICmp(BB, LLVMIntSLT, vc, t->Dv, "");
+	LLVMValueRef x2 = LLVMBuildSelect(BB, ok2, operand_at(t, t->vv, b, ln.iv, smin(t, vc, dlast)), f32c(t, 0), "");
+	st(t, at(t, vrow, lv.iv), x2);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lv);
+	fj_cg_loop_end(cg, &lp);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &ln);
+}
+
+/* Qp: rows i0 .. i0 + MB of batch b (rows past mlen are zeros), as
+ * micro-panels [k][MR]: row i of panel p at p * Dk * MR + k * MR + i. */
+static void pack_q(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	LLVMValueRef mlast = LLVMBuildNSWSub(BB, t->M, k64(t, 1), "");
+	fj_cg_loop li;
+	fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, MB), "qrow");
+	fj_rg_scope_push(r);
+	LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLT, li.iv, mlen, "");
+	LLVMValueRef row = smin(t, add(t, i0, li.iv), mlast);
+	LLVMValueRef p = LLVMBuildUDiv(BB, li.iv, k64(t, t->mr), ""), i = LLVMBuildURem(BB, li.iv, k64(t, t->mr), "");
+	LLVMValueRef base = add(t, mul(t, p, mul(t, t->Dk, k64(t, t->mr))), i);
+	pack_run(t, t->qv, false, b, row, ok, t->qp, base, t->mr);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &li);
+}
+
+/* ---- the online softmax of one row of a block ---- */
+
+/* The point of X for (batch b, row, key col): its lead dims (B unravelled
+ * over X's dims before the last two, in lead[]) and its linear index. */
+static void x_point(att *t, fj_rg_point *p, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef row,
+                    LLVMValueRef col)
+{
+	LLVMValueRef idx[FJ_MAX_RANK];
+	for (int d = 0; d < t->xrank - 2; d++)
+		idx[d] = lead[d];
+	idx[t->xrank - 2] = row;
+	idx[t->xrank - 1] = col;
+	fj_rg_point_idx(p, t->xrank, idx);
+	p->lin = add(t, mul(t, add(t, mul(t, b, t->M), row), t->N), col);
+}
+
+/* A NaN-propagating max step (prims.amax): NaNs are flagged and skipped, so
+ * that the loop-carried compare is a plain vmaxps (region_host_inner.c's
+ * block accumulators do the same). */
+static void max_step(att *t, LLVMValueRef x)
+{
+	fj_cg *cg = t->cg;
+	LLVMValueRef isnan = LLVMBuildFCmp(BB, LLVMRealUNO, x, x, "");
+	LLVMValueRef xs = LLVMBuildSelect(BB, isnan, f32c(t, -INFINITY), x, "");
+	LLVMValueRef acc = fj_cg_get(cg, t->bmax, t->f32);
+	LLVMValueRef better = LLVMBuildFCmp(BB, LLVMRealOGT, xs, acc, "");
+	LLVMValueRef next = LLVMBuildSelect(BB, better, xs, acc, "");
+	LLVMSetFastMathFlags(better, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	fj_cg_set(cg, t->bmax, next);
+	fj_cg_set(cg, t->bnan, LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->bnan, cg->t_i8), ""));
+}
+
+/* Row rr (of the tile, row `row` of batch b) of the block of keys
+ * [jc, jc + nlen): scores -> weights in Sb, m, l and the row of Oa. */
+static void softmax_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row,
+                        LLVMValueRef jc, LLVMValueRef nlen)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	int w = t->us.w;
+	LLVMValueRef srow = at(t, t->sb, mul(t, rr, k64(t, NB)));
+	/* the score chain, and the block's max */
+	fj_cg_set(cg, t->bmax, f32c(t, -INFINITY));
+	fj_cg_set(cg, t->bnan, LLVMConstInt(cg->t_i8, 0, 0));
+	fj_cg_loop lj;
+	fj_cg_loop_begin(cg, &lj, k64(t, 0), nlen, "sx");
+	fj_rg_scope_push(r);
+	LLVMValueRef sp = at(t, srow, lj.iv);
+	fj_rg_bind(r, t->m.s, ld(t, sp));
+	fj_rg_point p;
+	x_point(t, &p, lead, b, row, add(t, jc, lj.iv));
+	LLVMValueRef x = fj_rg_eval_as(r, t->m.x, &p, FJ_DT_F32);
+	st(t, sp, x);
+	max_step(t, x);
+	fj_rg_bind(r, t->m.s, NULL);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lj);
+	fj_cg_loop_hints(cg, &lj, w, FJ_CG_INTERLEAVE);
+	LLVMValueRef anynan = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->bnan, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
+	LLVMValueRef bm = LLVMBuildSelect(BB, anynan, f32c(t, NAN), fj_cg_get(cg, t->bmax, t->f32), "");
+	LLVMValueRef mp = at(t, t->mrow, rr), lp = at(t, t->lrow, rr);
+	LLVMValueRef mold = ld(t, mp);
+	/* m' = max(m, block max), NaN from either side */
+	LLVMValueRef keep = LLVMBuildOr(BB, LLVMBuildFCmp(BB, LLVMRealUNO, mold, mold, ""),
+	                                LLVMBuildFCmp(BB, LLVMRealOGT, mold, bm, ""), "");
+	LLVMValueRef mnew = LLVMBuildSelect(BB, keep, mold, bm, "");
+	LLVMValueRef msafe = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, LLVMRealOEQ, mnew, f32c(t, -INFINITY), ""),
+	                                     f32c(t, 0), mnew, "");
+	LLVMValueRef alpha = fj_cg_math1(cg, FJ_MATH_EXP, LLVMBuildFSub(BB, mold, msafe, ""));
+	/* the weights: the region's E at each score, MX bound to m' */
+	fj_rg_bind(r, t->m.mx, msafe);
+	fj_cg_set(cg, t->lsum, f32c(t, 0));
+	fj_cg_loop le;
+	fj_cg_loop_begin(cg, &le, k64(t, 0), nlen, "se");
+	fj_rg_scope_push(r);
+	LLVMValueRef ep = at(t, srow, le.iv);
+	fj_rg_point q;
+	x_point(t, &q, lead, b, row, add(t, jc, le.iv));
+	fj_rg_bind_at(r, t->m.x, &q, ld(t, ep));
+	LLVMValueRef e = fj_rg_eval_as(r, t->m.e, &q, FJ_DT_F32);
+	st(t, ep, e);
+	LLVMValueRef s = LLVMBuildFAdd(BB, fj_cg_get(cg, t->lsum, t->f32), e, "");
+	LLVMSetFastMathFlags(s, LLVMFastMathAllowReassoc);
+	fj_cg_set(cg, t->lsum, s);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &le);
+	fj_cg_loop_hints(cg, &le, w, FJ_CG_INTERLEAVE);
+	fj_rg_bind(r, t->m.mx, NULL);
+	LLVMValueRef lnew = LLVMBuildFAdd(BB, LLVMBuildFMul(BB, ld(t, lp), alpha, ""), fj_cg_get(cg, t->lsum, t->f32), "");
+	st(t, lp, lnew);
+	st(t, mp, mnew);
+	/* Oa's row times alpha: NR columns in each panel */
+	fj_cg_loop lv, lc;
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "apan");
+	LLVMValueRef orow = at(t, t->oa, add(t, mul(t, lv.iv, k64(t, (int64_t)MB * t->nr)), mul(t, rr, k64(t, t->nr))));
+	fj_cg_loop_begin(cg, &lc, k64(t, 0), k64(t, t->nr), "acol");
+	LLVMValueRef op = at(t, orow, lc.iv);
+	st(t, op, LLVMBuildFMul(BB, ld(t, op), alpha, ""));
+	fj_cg_loop_end(cg, &lc);
+	fj_cg_loop_end(cg, &lv);
+}
+
+/* ---- one tile ---- */
+
+/* The tile's rows i0 .. i0 + mlen of batch b (Kp, Vp hold b's). */
+static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	hctx *h = t->h;
+	pack_q(t, b, i0, mlen);
+	LLVMValueRef lead[FJ_MAX_RANK];
+	if (t->xrank > 2) {
+		LLVMValueRef dims[FJ_MAX_RANK];
+		for (int d = 0; d < t->xrank - 2; d++)
+			dims[d] = fj_rg_dim(r, t->m.x, d);
+		fj_cg_unravel(cg, b, dims, t->xrank - 2, lead);
+	}
+	fj_cg_loop li, lc;
+	fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, MB), "init");
+	st(t, at(t, t->mrow, li.iv), f32c(t, -INFINITY));
+	st(t, at(t, t->lrow, li.iv), f32c(t, 0));
+	fj_cg_loop_end(cg, &li);
+	fj_cg_loop_begin(cg, &lc, k64(t, 0), mul(t, t->Dvp, k64(t, MB)), "zero");
+	st(t, at(t, t->oa, lc.iv), f32c(t, 0));
+	fj_cg_loop_end(cg, &lc);
+	LLVMValueRef nir = cdiv(t, mlen, t->mr);
+	/* key blocks */
+	fj_cg_loop lb;
+	fj_cg_loop_begin(cg, &lb, k64(t, 0), t->N, "kblk");
+	lb.step = k64(t, NB);
+	LLVMValueRef jc = lb.iv, nlen = smin(t, k64(t, NB), LLVMBuildNSWSub(BB, t->N, jc, ""));
+	LLVMValueRef jp0 = LLVMBuildUDiv(BB, jc, k64(t, t->nr), "");
+	fj_cg_loop lir, ljr;
+	fj_cg_loop_begin(cg, &lir, k64(t, 0), nir, "sir");
+	fj_cg_loop_begin(cg, &ljr, k64(t, 0), cdiv(t, nlen, t->nr), "sjr");
+	LLVMValueRef a = at(t, t->qp, mul(t, lir.iv, mul(t, t->Dk, k64(t, t->mr))));
+	LLVMValueRef bp = at(t, t->kp, mul(t, add(t, jp0, ljr.iv), mul(t, t->Dk, k64(t, t->nr))));
+	LLVMValueRef c = at(t, t->sb, add(t, mul(t, lir.iv, k64(t, (int64_t)t->mr * NB)), mul(t, ljr.iv, k64(t, t->nr))));
+	fj_rg_micro_emit(cg, &t->us, a, bp, c, t->Dk, LLVMConstInt(cg->t_i1, 1, 0));
+	fj_cg_loop_end(cg, &ljr);
+	fj_cg_loop_end(cg, &lir);
+	fj_cg_loop lr;
+	fj_cg_loop_begin(cg, &lr, k64(t, 0), mlen, "srow");
+	fj_rg_scope_push(r);
+	softmax_row(t, lead, b, lr.iv, add(t, i0, lr.iv), jc, nlen);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lr);
+	fj_cg_loop lor, lov;
+	fj_cg_loop_begin(cg, &lor, k64(t, 0), nir, "oir");
+	fj_cg_loop_begin(cg, &lov, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "ojv");
+	LLVMValueRef a2 = at(t, t->sb, mul(t, lor.iv, k64(t, (int64_t)t->mr * NB)));
+	LLVMValueRef b2 = at(t, t->vp, mul(t, add(t, mul(t, lov.iv, t->N), jc), k64(t, t->nr)));
+	LLVMValueRef c2 = at(t, t->oa, add(t, mul(t, lov.iv, k64(t, (int64_t)MB * t->nr)), mul(t, lor.iv, k64(t, (int64_t)t->mr * t->nr))));
+	fj_rg_micro_emit(cg, &t->uo, a2, b2, c2, nlen, LLVMConstInt(cg->t_i1, 0, 0));
+	fj_cg_loop_end(cg, &lov);
+	fj_cg_loop_end(cg, &lor);
+	fj_cg_loop_end(cg, &lb);
+	/* O = Oa / l, through the epilogue: per row, per NR-column panel of Oa,
+	 * its columns below Dv (unit stride in Oa and in O) */
+	fj_cg_loop le, lv, lj;
+	fj_cg_loop_begin(cg, &le, k64(t, 0), mlen, "orow");
+	fj_rg_scope_push(r);
+	LLVMValueRef lrow = ld(t, at(t, t->lrow, le.iv));
+	LLVMValueRef row = add(t, i0, le.iv);
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "opan");
+	LLVMValueRef c0 = mul(t, lv.iv, k64(t, t->nr));
+	LLVMValueRef orow = at(t, t->oa, mul(t, add(t, mul(t, lv.iv, k64(t, MB)), le.iv), k64(t, t->nr)));
+	fj_cg_loop_begin(cg, &lj, k64(t, 0), smin(t, k64(t, t->nr), LLVMBuildNSWSub(BB, t->Dv, c0, "")), "ocol");
+	fj_rg_scope_push(r);
+	fj_rg_bind(r, t->ov, LLVMBuildFDiv(BB, ld(t, at(t, orow, lj.iv)), lrow, ""));
+	LLVMValueRef idx[3];
+	int n = 0;
+	if (t->rank == 3)
+		idx[n++] = b;
+	idx[n++] = row;
+	idx[n++] = add(t, c0, lj.iv);
+	fj_rg_point p;
+	fj_rg_point_idx(&p, t->rank, idx);
+	fj_rh_store_outputs(h, OUT_D, &p);
+	fj_rg_bind(r, t->ov, NULL);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lj);
+	fj_cg_loop_hints(cg, &lj, 0, FJ_CG_INTERLEAVE);
+	fj_cg_loop_end(cg, &lv);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &le);
+}
+
+/* ---- the kernel ---- */
+
+/* The block's parts (see the header); NULL when the allocation failed. */
+static LLVMValueRef alloc_block(att *t)
+{
+	int64_t fixed = (int64_t)MB * NB + 2 * 32; /* Sb, m, l */
+	LLVMValueRef kn = mul(t, t->npan, k64(t, t->nr));
+	LLVMValueRef elems = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));          /* + Oa */
+	elems = add(t, elems, mul(t, cdiv(t, k64(t, MB), t->mr), mul(t, t->Dk, k64(t, t->mr)))); /* + Qp */
+	LLVMValueRef qend = elems;
+	elems = add(t, elems, mul(t, kn, t->Dk));                                          /* + Kp */
+	elems = add(t, elems, mul(t, t->N, t->Dvp));                                       /* + Vp */
+	LLVMValueRef blk = fj_rg_aligned_alloc(t->cg, mul(t, elems, k64(t, 4)));
+	/* Sb, m, l and Oa first: their sizes are multiples of 16 floats, so Sb,
+	 * Oa, and every NR-wide vector of them, are 64-byte aligned; Qp (MR-row
+	 * panels) needs no alignment; Kp and Vp follow at multiples of 16 */
+	t->sb = blk;
+	t->mrow = at(t, blk, k64(t, (int64_t)MB * NB));
+	t->lrow = at(t, blk, k64(t, (int64_t)MB * NB + 32));
+	t->oa = at(t, blk, k64(t, fixed));
+	LLVMValueRef q0 = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));
+	t->qp = at(t, blk, q0);
+	LLVMValueRef kpad = LLVMBuildAnd(BB, add(t, qend, k64(t, 15)), k64(t, -16), "");
+	t->kp = at(t, blk, kpad);
+	t->vp = at(t, blk, add(t, kpad, mul(t, kn, t->Dk)));
+	return blk;
+}
+
+fj_status fj_rh_tpl_attention(hctx *h)
+{
+	fj_cg *cg = h->cg;
+	fj_rg *r = &h->r;
+	const fj_graph *body = h->body;
+	att t0 = {.h = h, .cg = cg, .r = r, .f32 = cg->t_f32};
+	att *t = &t0;
+	uint8_t *scratch = fj_alloc(cg->ctx, body->nnodes ? body->nnodes : 1);
+	if (!scratch)
+		return fj_cg_error(cg, FJ_ERR_NOMEM, h->a->node, "out of memory");
+	bool ok = fj_attn_match(body, h->a->opaque, NULL, scratch, &t->m);
+	fj_free(cg->ctx, scratch, body->nnodes ? body->nnodes : 1);
+	if (!ok)
+		return fj_cg_error(cg, FJ_ERR_INTERNAL, h->a->node, "attention region without its pattern");
+	const fj_node *n1 = &body->nodes[t->m.mm1], *n2 = &body->nodes[t->m.mm2];
+	t->qv = n1->opnds[0];
+	t->kv = n1->opnds[1];
+	t->vv = n2->opnds[1];
+	t->ov = n2->res[0];
+	t->rank = vrank(h, t->ov);
+	t->xrank = vrank(h, t->m.x);
+	int bits = cg->target->vector_bits ? cg->target->vector_bits : 128;
+	t->mr = bits == 512 ? 12 : 6;
+	int nrv = 2;
+	fj_rg_micro_init(cg, &t->us, FJ_DT_F32, t->mr, nrv);
+	t->nr = nrv * t->us.w;
+	t->us.a_is = 1;
+	t->us.a_ks = t->mr;
+	t->us.b_ks = t->nr;
+	t->us.c_rs = NB;
+	t->uo = t->us; /* the same accumulators */
+	t->uo.a_is = NB;
+	t->uo.a_ks = 1;
+	t->uo.c_rs = t->nr;
+	t->bmax = fj_cg_var(cg, t->f32, NULL, "bmax");
+	t->bnan = fj_cg_var(cg, cg->t_i8, NULL, "bnan");
+	t->lsum = fj_cg_var(cg, t->f32, NULL, "lsum");
+	int d = t->rank - 2;
+	t->batch = d ? fj_rg_dim(r, t->ov, 0) : k64(t, 1);
+	t->M = fj_rg_dim(r, t->ov, d);
+	t->Dv = fj_rg_dim(r, t->ov, d + 1);
+	t->N = fj_rg_dim(r, t->kv, d + 1);
+	t->Dk = fj_rg_dim(r, t->qv, d + 1);
+	t->Dvp = mul(t, cdiv(t, t->Dv, t->nr), k64(t, t->nr));
+	t->npan = cdiv(t, t->N, t->nr);
+	h->k->par_out = 0;
+	h->k->par_mask = ((1u << vrank(h, body->results[0])) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs K and V */
+	/* tiles (batch, MB rows), the range of this call as the matmul's */
+	LLVMValueRef mt = cdiv(t, t->M, MB);
+	LLVMValueRef ntiles = mul(t, t->batch, mt);
+	fj_cg_if some, keys, work, okb;
+	LLVMValueRef any = LLVMBuildAnd(BB, LLVMBuildICmp(BB, LLVMIntSGT, ntiles, k64(t, 0), ""),
+	                                LLVMBuildICmp(BB, LLVMIntSGT, t->Dv, k64(t, 0), ""), "");
+	fj_cg_if_begin(cg, &some, any); /* the runtime never calls with an empty result */
+	LLVMValueRef nokeys = LLVMBuildICmp(BB, LLVMIntSLE, t->N, k64(t, 0), "");
+	fj_rg_fail_if(r, nokeys, FJ_KERR_VALUE); /* the softmax of no key (prims.amax of nothing) */
+	fj_cg_if_begin(cg, &keys, LLVMBuildNot(BB, nokeys, ""));
+	LLVMValueRef t0r, t1r;
+	fj_rg_tile_range(cg, h->lo, h->hi, mul(t, mul(t, t->batch, t->M), t->Dv), ntiles, &t0r, &t1r);
+	fj_cg_if_begin(cg, &work, LLVMBuildICmp(BB, LLVMIntSLT, t0r, t1r, ""));
+	LLVMValueRef blk = alloc_block(t);
+	LLVMValueRef failed = LLVMBuildIsNull(BB, blk, "");
+	fj_rg_fail_if(r, failed, FJ_KERR_VALUE);
+	fj_cg_if_begin(cg, &okb, LLVMBuildNot(BB, failed, ""));
+	LLVMValueRef cur = fj_cg_var(cg, cg->t_i64, NULL, "kv_of");
+	fj_cg_set(cg, cur, k64(t, -1));
+	fj_cg_loop lt;
+	fj_cg_loop_begin(cg, &lt, t0r, t1r, "tile");
+	fj_rg_scope_push(r);
+	LLVMValueRef b = LLVMBuildUDiv(BB, lt.iv, mt, ""), it = LLVMBuildURem(BB, lt.iv, mt, "");
+	fj_cg_if nb;
+	fj_cg_if_begin(cg, &nb, LLVMBuildICmp(BB, LLVMIntNE, b, fj_cg_get(cg, cur, cg->t_i64), ""));
+	pack_kv(t, b);
+	fj_cg_set(cg, cur, b);
+	fj_cg_if_end(cg, &nb);
+	LLVMValueRef i0 = mul(t, it, k64(t, MB));
+	tile(t, b, i0, smin(t, k64(t, MB), LLVMBuildNSWSub(BB, t->M, i0, "")));
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lt);
+	fj_rg_free(cg, blk);
+	fj_cg_if_end(cg, &okb);
+	fj_cg_if_end(cg, &work);
+	fj_cg_if_end(cg, &keys);
+	fj_cg_if_end(cg, &some);
+	return cg->st;
+}

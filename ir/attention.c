@@ -1,0 +1,240 @@
+/* attention.c -- the attention pattern in a graph of prims (ir.h,
+ * fj_attn_match): O = softmax(f(Q K)) V, which the fuse pass groups into one
+ * `attention` region and the host compiles to one flash-attention kernel
+ * (codegen/region_host_attention.c).
+ *
+ * The shape matched, read backwards from the second matmul (mm2):
+ *   O  = prims.matmul(P', V)           rank 2 or 3, f32
+ *   P' = P, or prims.reshape(P)        (heads folded into the batch: 4-D P)
+ *   P  = prims.div(E, broadcast_in_dim(L))
+ *   L  = prims.sum(E) over the last dim
+ *   E  = prims.exp(prims.sub(X, broadcast_in_dim(MX)))
+ *   MX = prims.amax(X) over the last dim
+ *   X  = the "score chain": pointwise prims of X's shape over S', each node
+ *        with at least one operand computed from S' (the scale, an additive
+ *        mask, a causal where(...)); X may be S' itself
+ *   S' = S, or prims.reshape(S);  S = prims.matmul(Q, K) (mm1), f32
+ * The broadcasts put the row values back along the last dim
+ * (broadcast_dims = [0 .. rank-2]); X's last two dims are P's; the batch of
+ * mm1 is mm2's. Operands of the chain that do not depend on S (the mask,
+ * the scale's prims.full, ...) are anything: the kernel evaluates them at
+ * each score. Every value of the pattern except O is used by pattern nodes
+ * only and is not returned: nothing else may need S or P in memory (a
+ * training forward that saves P does not match).
+ *
+ * This is exactly what decompose makes of `_softmax(q @ k^T * scale + mask)
+ * @ v` in f32 (docs/IR.md §4, the attention schedule); other spellings of
+ * softmax (through logsumexp, a log_softmax, f16 scores) are not matched and
+ * keep their three kernels.
+ *
+ * Cost: O(nodes of the graph) per call (the use check scans the graph). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+typedef struct matcher {
+	const fj_graph *g;
+	const bool *live;
+	fj_attn *m;
+	uint8_t *seen; /* per node, for the chain walk: 1 visited, 2 depends on S */
+	bool ok;
+} matcher;
+
+/* The node defining v when it is op `op` (any op: FJ_OP_COUNT), else NULL. */
+static const fj_node *def_op(const fj_graph *g, fj_vid v, int op)
+{
+	if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
+		return NULL;
+	const fj_node *n = &g->nodes[g->values[v].def];
+	return op == FJ_OP_COUNT || (int)n->op == op ? n : NULL;
+}
+
+static uint32_t node_of(const fj_graph *g, const fj_node *n) { return (uint32_t)(n - g->nodes); }
+
+static void add(matcher *x, const fj_node *n)
+{
+	if (!n) {
+		x->ok = false;
+		return;
+	}
+	uint32_t i = node_of(x->g, n);
+	for (uint32_t k = 0; k < x->m->nnodes; k++)
+		if (x->m->nodes[k] == i)
+			return;
+	if (x->m->nnodes == FJ_ATTN_MAX_NODES) {
+		x->ok = false;
+		return;
+	}
+	x->m->nodes[x->m->nnodes++] = i;
+}
+
+static const fj_type *vt(const matcher *x, fj_vid v) { return &x->g->values[v].type; }
+
+/* n reduces exactly the last dim of its rank-r operand. */
+static bool over_last(const matcher *x, const fj_node *n, int r)
+{
+	return n && n->nopnds == 1 && fj_node_reduced_mask(fj_graph_ctx(x->g), n, r) == (1u << (r - 1));
+}
+
+/* b broadcasts a row value (rank r-1) back to `to` along the last dim. */
+static bool row_broadcast(const matcher *x, const fj_node *b, const fj_type *to)
+{
+	if (!b || b->nopnds != 1 || !fj_type_same_dims(vt(x, b->res[0]), to))
+		return false;
+	const fj_attr *bd = fj_node_attr(fj_graph_ctx(x->g), b, "broadcast_dims");
+	int r = to->rank;
+	if (!bd || bd->kind != FJ_AK_LIST || bd->n != (uint32_t)(r - 1) || vt(x, b->opnds[0])->rank != r - 1)
+		return false;
+	for (int i = 0; i < r - 1; i++)
+		if (fj_attr_as_int(&bd->u.items[i]) != i)
+			return false;
+	return true;
+}
+
+/* The chain from X back to S': pointwise nodes of X's shape. Returns
+ * whether v depends on S' (and records S' when it is found: a matmul result
+ * of the right rank, or a reshape of one). */
+static bool chain(matcher *x, fj_vid v, int depth)
+{
+	const fj_graph *g = x->g;
+	const fj_node *n = def_op(g, v, FJ_OP_COUNT);
+	if (!n || !x->ok)
+		return false;
+	uint32_t i = node_of(g, n);
+	if (x->seen[i])
+		return x->seen[i] == 2;
+	x->seen[i] = 1;
+	const fj_node *mm = n->op == FJ_OP_PRIMS_MATMUL ? n : NULL;
+	if (n->op == FJ_OP_PRIMS_RESHAPE && n->nopnds == 1)
+		mm = def_op(g, n->opnds[0], FJ_OP_PRIMS_MATMUL);
+	if (mm) {
+		if (x->m->mm1 != FJ_NONODE && x->m->mm1 != node_of(g, mm)) {
+			x->ok = false; /* two matmuls feed the scores */
+			return false;
+		}
+		x->m->mm1 = node_of(g, mm);
+		x->m->s = mm->res[0];
+		add(x, mm);
+		if (mm != n)
+			add(x, n);
+		x->seen[i] = 2;
+		return true;
+	}
+	if (depth > 64 || !(fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) || n->nres != 1 ||
+	    !fj_type_same_dims(vt(x, n->res[0]), vt(x, x->m->x)))
+		return false;
+	bool dep = false;
+	for (uint32_t o = 0; o < n->nopnds; o++)
+		dep = chain(x, n->opnds[o], depth + 1) || dep;
+	if (dep) {
+		x->seen[i] = 2;
+		add(x, n);
+	}
+	return dep;
+}
+
+/* Is every value of the pattern but O used by pattern nodes only, and none
+ * returned? */
+static bool closed(const matcher *x)
+{
+	const fj_graph *g = x->g;
+	const fj_attn *m = x->m;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		if (x->live && !x->live[i])
+			continue;
+		bool member = false;
+		for (uint32_t k = 0; k < m->nnodes && !member; k++)
+			member = m->nodes[k] == i;
+		if (member)
+			continue;
+		const fj_node *n = &g->nodes[i];
+		for (uint32_t o = 0; o < n->nopnds; o++) {
+			fj_vid v = n->opnds[o];
+			if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
+				continue;
+			uint32_t d = g->values[v].def;
+			for (uint32_t k = 0; k < m->nnodes; k++)
+				if (m->nodes[k] == d && d != m->mm2)
+					return false;
+		}
+	}
+	for (uint32_t r = 0; r < g->nresults; r++) {
+		fj_vid v = g->results[r];
+		if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
+			continue;
+		for (uint32_t k = 0; k < m->nnodes; k++)
+			if (m->nodes[k] == g->values[v].def && m->nodes[k] != m->mm2)
+				return false;
+	}
+	return true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out)
+{
+	memset(out, 0, sizeof *out);
+	out->mm1 = out->mm2 = FJ_NONODE;
+	if (mm2 >= g->nnodes || g->nodes[mm2].op != FJ_OP_PRIMS_MATMUL || g->nodes[mm2].nopnds != 2)
+		return false;
+	matcher x = {.g = g, .live = live, .m = out, .seen = scratch, .ok = true};
+	const fj_node *n2 = &g->nodes[mm2];
+	const fj_type *to = vt(&x, n2->res[0]);
+	if ((to->rank != 2 && to->rank != 3) || to->dtype != FJ_DT_F32)
+		return false;
+	out->mm2 = mm2;
+	add(&x, n2);
+	fj_vid pin = n2->opnds[0];
+	const fj_node *rs = def_op(g, pin, FJ_OP_PRIMS_RESHAPE);
+	fj_vid p = rs ? rs->opnds[0] : pin;
+	if (rs)
+		add(&x, rs);
+	const fj_node *dv = def_op(g, p, FJ_OP_PRIMS_DIV);
+	if (!dv || dv->nopnds != 2)
+		return false;
+	const fj_type *pt = vt(&x, p);
+	int r = pt->rank;
+	const fj_type *pit = vt(&x, pin);
+	if (r < 2 || pt->dtype != FJ_DT_F32 || pt->dims[r - 1] != pit->dims[pit->rank - 1] ||
+	    pt->dims[r - 2] != pit->dims[pit->rank - 2])
+		return false;
+	const fj_node *lb = def_op(g, dv->opnds[1], FJ_OP_PRIMS_BROADCAST_IN_DIM);
+	const fj_node *sm = lb ? def_op(g, lb->opnds[0], FJ_OP_PRIMS_SUM) : NULL;
+	const fj_node *ex = def_op(g, dv->opnds[0], FJ_OP_PRIMS_EXP);
+	if (!row_broadcast(&x, lb, pt) || !over_last(&x, sm, r) || !ex || sm->opnds[0] != dv->opnds[0])
+		return false;
+	const fj_node *sb = def_op(g, ex->opnds[0], FJ_OP_PRIMS_SUB);
+	const fj_node *mb = sb && sb->nopnds == 2 ? def_op(g, sb->opnds[1], FJ_OP_PRIMS_BROADCAST_IN_DIM) : NULL;
+	const fj_node *am = mb ? def_op(g, mb->opnds[0], FJ_OP_PRIMS_AMAX) : NULL;
+	if (!row_broadcast(&x, mb, pt) || !over_last(&x, am, r) || am->opnds[0] != sb->opnds[0] ||
+	    !fj_type_same_dims(vt(&x, sb->opnds[0]), pt) || vt(&x, sb->opnds[0])->dtype != FJ_DT_F32 ||
+	    vt(&x, ex->res[0])->dtype != FJ_DT_F32)
+		return false;
+	out->x = sb->opnds[0];
+	out->mx = am->res[0];
+	out->e = ex->res[0];
+	out->l = sm->res[0];
+	out->p = p;
+	out->amax = node_of(g, am);
+	out->sum = node_of(g, sm);
+	const fj_node *tail[] = {dv, lb, sm, ex, sb, mb, am};
+	for (size_t i = 0; i < sizeof tail / sizeof *tail; i++)
+		add(&x, tail[i]);
+	memset(scratch, 0, g->nnodes);
+	if (!chain(&x, out->x, 0) || !x.ok || out->mm1 == FJ_NONODE || out->mm1 == mm2)
+		return false;
+	const fj_type *st = vt(&x, out->s);
+	if (st->rank != to->rank || st->dtype != FJ_DT_F32 || st->dims[st->rank - 1] != pt->dims[r - 1] ||
+	    st->dims[st->rank - 2] != pt->dims[r - 2] || (to->rank == 3 && st->dims[0] != to->dims[0]) ||
+	    to->dims[to->rank - 2] != st->dims[st->rank - 2])
+		return false;
+	if (!closed(&x))
+		return false;
+	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
+	return x.ok;
+}
