@@ -324,11 +324,12 @@ static void plan_region(fj_rg_analysis *a)
 	}
 }
 
-/* attention: the pattern of ir/attention.c, ended by the matmul whose
- * result (or a reshape of it) every result is; D is that matmul's result,
- * no reduction is listed (the template runs the softmax itself). Values
- * keep the classes the caller gave them (inputs, literals, FULL); the
- * matmuls' results are OPAQUE, the reductions' REDUCTION. */
+/* attention: the pattern of ir/attention.c; D is its second matmul's
+ * result O, R its rows (D without the last dim): results of O's element
+ * count are stored at D, those of R's (a logsumexp) at R. No reduction is
+ * listed (the template runs the softmax itself). Values keep the classes
+ * the caller gave them (inputs, literals, FULL); the matmuls' results are
+ * OPAQUE, the reductions' REDUCTION. */
 static fj_status analyze_attention(fj_rg_analysis *a)
 {
 	const fj_graph *b = a->body;
@@ -363,23 +364,21 @@ static fj_status analyze_attention(fj_rg_analysis *a)
 	a->opaque = at.mm2;
 	a->dom_v = b->nodes[at.mm2].res[0];
 	a->dom = &b->values[a->dom_v].type;
-	a->kmask = 0;
-	a->rrank = a->dom->rank;
+	a->kmask = 1u << (a->dom->rank - 1); /* R: O's rows, where the row values (a logsumexp) live */
+	a->rrank = a->dom->rank - 1;
 	for (uint32_t v = 0; v < b->nvalues; v++)
 		if (b->values[v].kind != FJ_VK_LITERAL) {
 			a->vals[v].in_d = same_dims(&b->values[v].type, a->dom);
-			a->vals[v].in_r = a->vals[v].in_d;
+			a->vals[v].in_r = is_r_shape(&b->values[v].type, a->dom, a->kmask);
 		}
 	for (uint32_t j = 0; j < b->nresults; j++) {
-		fj_vid v = b->results[j];
-		const fj_type *t = &b->values[v].type;
-		if (!same_count(a->g->module, t, a->dom->dims, a->dom->rank) || a->vals[v].cls == FJ_RG_INPUT ||
-		    a->vals[v].cls == FJ_RG_LITERAL)
+		uint8_t c = a->vals[b->results[j]].cls;
+		if (c == FJ_RG_INPUT || c == FJ_RG_LITERAL)
 			return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, a->node->loc,
-			                       "fusion.kernel: attention: result %u is not the output P V", j);
-		a->vals[v].space = FJ_RG_SPACE_D;
+			                       "fusion.kernel: attention: result %u is an operand", j);
 	}
-	return analyze_syms(a);
+	fj_status st = result_spaces(a);
+	return st == FJ_OK ? analyze_syms(a) : st;
 }
 
 fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)

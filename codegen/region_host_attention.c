@@ -284,6 +284,33 @@ static void softmax_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMVa
 	fj_cg_loop_end(cg, &lv);
 }
 
+/* The row values of a logsumexp beside the softmax (ir/attention.c) at
+ * row `row` of batch b: MX bound to the row's max m, the logsumexp's sum
+ * S2 = sum exp(X - MS) to l (MS is m when m is finite; both are 0 when m is
+ * -inf), or to +inf when m is (MS is then 0, and the sum of exp(X) holds
+ * an exp(+inf)); every R result evaluated from them and stored. */
+static void row_outputs(att *t, LLVMValueRef b, LLVMValueRef row, LLVMValueRef m, LLVMValueRef l)
+{
+	fj_rg *r = t->r;
+	fj_rg_bind(r, t->m.mx, m);
+	if (t->m.s2 != FJ_NOVAL) {
+		LLVMValueRef pinf = LLVMBuildFCmp(BB, LLVMRealOEQ, m, f32c(t, INFINITY), "");
+		fj_rg_bind(r, t->m.s2, LLVMBuildSelect(BB, pinf, f32c(t, INFINITY), l, ""));
+	}
+	LLVMValueRef idx[2];
+	int n = 0;
+	if (t->rank == 3)
+		idx[n++] = b;
+	idx[n++] = row;
+	fj_rg_point p;
+	fj_rg_point_idx(&p, n, idx);
+	p.lin = add(t, mul(t, b, t->M), row);
+	fj_rh_store_outputs(t->h, OUT_R, &p);
+	fj_rg_bind(r, t->m.mx, NULL);
+	if (t->m.s2 != FJ_NOVAL)
+		fj_rg_bind(r, t->m.s2, NULL);
+}
+
 /* ---- one tile ---- */
 
 /* The tile's rows i0 .. i0 + mlen of batch b (Kp, Vp hold b's). */
@@ -347,6 +374,8 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_rg_scope_push(r);
 	LLVMValueRef lrow = ld(t, at(t, t->lrow, le.iv));
 	LLVMValueRef row = add(t, i0, le.iv);
+	if (fj_rh_has_outputs(h, OUT_R))
+		row_outputs(t, b, row, ld(t, at(t, t->mrow, le.iv)), lrow);
 	fj_cg_loop_begin(cg, &lv, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "opan");
 	LLVMValueRef c0 = mul(t, lv.iv, k64(t, t->nr));
 	LLVMValueRef orow = at(t, t->oa, mul(t, add(t, mul(t, lv.iv, k64(t, MB)), le.iv), k64(t, t->nr)));
@@ -444,8 +473,15 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->Dk = fj_rg_dim(r, t->qv, d + 1);
 	t->Dvp = mul(t, cdiv(t, t->Dv, t->nr), k64(t, t->nr));
 	t->npan = cdiv(t, t->N, t->nr);
-	h->k->par_out = 0;
-	h->k->par_mask = ((1u << vrank(h, body->results[0])) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs K and V */
+	/* the parallel space: an O-sized result's elements (the analysis put
+	 * every result of O's count at D; a logsumexp comes first, at R) */
+	uint32_t po = 0;
+	while (po + 1 < h->k->nout && out_class(h, po) != OUT_D)
+		po++;
+	if (out_class(h, po) != OUT_D)
+		return fj_cg_error(cg, FJ_ERR_UNSUPPORTED, h->a->node, "attention region without its output P V");
+	h->k->par_out = po;
+	h->k->par_mask = ((1u << vrank(h, body->results[po])) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs K and V */
 	/* tiles (batch, MB rows), the range of this call as the matmul's */
 	LLVMValueRef mt = cdiv(t, t->M, MB);
 	LLVMValueRef ntiles = mul(t, t->batch, mt);

@@ -20,7 +20,9 @@
  * the scale's prims.full, ...) are anything: the kernel evaluates them at
  * each score. Every value of the pattern except O is used by pattern nodes
  * only and is not returned: nothing else may need S or P in memory (a
- * training forward that saves P does not match).
+ * training forward that saves P does not match). One addition: the
+ * logsumexp of the same scores (lse_group), whose row values may leave: the
+ * bridge's scaled-dot-product forward returns it beside O.
  *
  * This is exactly what decompose makes of `_softmax(q @ k^T * scale + mask)
  * @ v` in f32 (docs/IR.md §4, the attention schedule); other spellings of
@@ -28,6 +30,7 @@
  * keep their three kernels.
  *
  * Cost: O(nodes of the graph) per call (the use check scans the graph). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,40 +137,107 @@ static bool chain(matcher *x, fj_vid v, int depth)
 	return dep;
 }
 
-/* Is every value of the pattern but O used by pattern nodes only, and none
- * returned? */
-static bool closed(const matcher *x)
+/* Is every value of the pattern used by pattern nodes only, and none
+ * returned, but O and the row values (the logsumexp's group)? mark: per
+ * node, 1 a member, 2 a member whose value may leave. */
+static bool closed(const matcher *x, uint8_t *mark)
 {
 	const fj_graph *g = x->g;
-	const fj_attn *m = x->m;
 	for (uint32_t i = 0; i < g->nnodes; i++) {
-		if (x->live && !x->live[i])
-			continue;
-		bool member = false;
-		for (uint32_t k = 0; k < m->nnodes && !member; k++)
-			member = m->nodes[k] == i;
-		if (member)
+		if (mark[i] || (x->live && !x->live[i]))
 			continue;
 		const fj_node *n = &g->nodes[i];
 		for (uint32_t o = 0; o < n->nopnds; o++) {
 			fj_vid v = n->opnds[o];
-			if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
-				continue;
-			uint32_t d = g->values[v].def;
-			for (uint32_t k = 0; k < m->nnodes; k++)
-				if (m->nodes[k] == d && d != m->mm2)
-					return false;
+			if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && mark[g->values[v].def] == 1)
+				return false;
 		}
 	}
 	for (uint32_t r = 0; r < g->nresults; r++) {
 		fj_vid v = g->results[r];
-		if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
-			continue;
-		for (uint32_t k = 0; k < m->nnodes; k++)
-			if (m->nodes[k] == g->values[v].def && m->nodes[k] != m->mm2)
-				return false;
+		if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && mark[g->values[v].def] == 1)
+			return false;
 	}
 	return true;
+}
+
+/* The consumer of v that is op `op` and whose operand `at` is v (the first
+ * in node order), or NULL. */
+static const fj_node *user(const matcher *x, fj_vid v, int op, uint32_t at)
+{
+	const fj_graph *g = x->g;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		const fj_node *n = &g->nodes[i];
+		if ((int)n->op == op && (!x->live || x->live[i]) && at < n->nopnds && n->opnds[at] == v)
+			return n;
+	}
+	return NULL;
+}
+
+/* Is v a prims.full of value `val`? */
+static bool full_of(const matcher *x, fj_vid v, double val)
+{
+	const fj_node *n = def_op(x->g, v, FJ_OP_PRIMS_FULL);
+	const fj_attr *a = n ? fj_node_attr(fj_graph_ctx(x->g), n, "value") : NULL;
+	return a && fj_attr_as_float(a) == val;
+}
+
+/* The logsumexp of the same scores beside the softmax, as decompose writes
+ * aten.logsumexp (the bridge's scaled-dot-product forward returns it with
+ * O; its backward recomputes the weights from it):
+ *   MS  = where(eq(abs(MX), full(inf)), full(0), MX)
+ *   S2  = sum(exp(X - broadcast_in_dim(MS))) over the last dim
+ * and the row values computed pointwise from MX, MS and S2 (log(S2) + MS),
+ * which may leave the region. The kernel has S2 from its running sum: when
+ * MX is finite, MS is MX; when MX is -inf both are 0; when MX is +inf, S2
+ * is +inf. Marks the group's nodes in mark (2: may leave); false when the
+ * consumers of MX besides the softmax are not this. */
+static bool lse_group(matcher *x, const fj_node *am, const fj_node *mb, uint8_t *mark)
+{
+	const fj_graph *g = x->g;
+	fj_attn *m = x->m;
+	fj_vid mx = am->res[0];
+	const fj_node *ab = user(x, mx, FJ_OP_PRIMS_ABS, 0);
+	const fj_node *eq = ab ? user(x, ab->res[0], FJ_OP_PRIMS_EQ, 0) : NULL;
+	const fj_node *ms = eq ? user(x, eq->res[0], FJ_OP_PRIMS_WHERE, 0) : NULL;
+	if (!ms || ms->nopnds != 3 || ms->opnds[2] != mx || !full_of(x, ms->opnds[1], 0.0) ||
+	    !full_of(x, eq->opnds[1], (double)INFINITY))
+		return false;
+	const fj_node *bms = user(x, ms->res[0], FJ_OP_PRIMS_BROADCAST_IN_DIM, 0);
+	const fj_node *d2 = bms ? user(x, bms->res[0], FJ_OP_PRIMS_SUB, 1) : NULL;
+	const fj_node *e2 = d2 && d2->opnds[0] == m->x ? user(x, d2->res[0], FJ_OP_PRIMS_EXP, 0) : NULL;
+	const fj_node *s2 = e2 ? user(x, e2->res[0], FJ_OP_PRIMS_SUM, 0) : NULL;
+	const fj_type *xt = vt(x, m->x);
+	if (!row_broadcast(x, bms, xt) || !over_last(x, s2, xt->rank))
+		return false;
+	m->sum2 = node_of(g, s2);
+	m->s2 = s2->res[0];
+	const fj_node *nodes[] = {ab, eq, ms, bms, d2, e2, s2};
+	for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+		add(x, nodes[i]);
+		mark[node_of(g, nodes[i])] = 2;
+	}
+	mark[node_of(g, bms)] = mark[node_of(g, d2)] = mark[node_of(g, e2)] = 1;
+	mark[node_of(g, am)] = 2;
+	/* the row values computed from them, pointwise, in node order */
+	const fj_type *rt = vt(x, mx);
+	for (uint32_t i = node_of(g, s2) + 1; i < g->nnodes && x->ok; i++) {
+		const fj_node *n = &g->nodes[i];
+		if ((x->live && !x->live[i]) || n->nres != 1 || !(fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) ||
+		    !fj_type_same_dims(vt(x, n->res[0]), rt))
+			continue;
+		bool row = false;
+		for (uint32_t o = 0; o < n->nopnds && !row; o++) {
+			fj_vid v = n->opnds[o];
+			row = v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && mark[g->values[v].def] == 2;
+		}
+		if (row) {
+			add(x, n);
+			mark[i] = 2;
+		}
+	}
+	(void)mb;
+	return x->ok;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -179,7 +249,8 @@ static int cmp_u32(const void *a, const void *b)
 bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out)
 {
 	memset(out, 0, sizeof *out);
-	out->mm1 = out->mm2 = FJ_NONODE;
+	out->mm1 = out->mm2 = out->sum2 = FJ_NONODE;
+	out->s2 = FJ_NOVAL;
 	if (mm2 >= g->nnodes || g->nodes[mm2].op != FJ_OP_PRIMS_MATMUL || g->nodes[mm2].nopnds != 2)
 		return false;
 	matcher x = {.g = g, .live = live, .m = out, .seen = scratch, .ok = true};
@@ -233,8 +304,17 @@ bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *s
 	    st->dims[st->rank - 2] != pt->dims[r - 2] || (to->rank == 3 && st->dims[0] != to->dims[0]) ||
 	    to->dims[to->rank - 2] != st->dims[st->rank - 2])
 		return false;
-	if (!closed(&x))
+	/* membership marks (the chain walk's are done with) */
+	memset(scratch, 0, g->nnodes);
+	for (uint32_t k = 0; k < out->nnodes; k++)
+		scratch[out->nodes[k]] = 1;
+	scratch[mm2] = 2;
+	bool more = false; /* MX read by something besides the softmax's broadcast */
+	for (uint32_t i = 0; i < g->nnodes && !more; i++)
+		for (uint32_t o = 0; o < g->nodes[i].nopnds && !more; o++)
+			more = (!live || live[i]) && g->nodes[i].opnds[o] == out->mx && &g->nodes[i] != mb;
+	if ((more && !lse_group(&x, am, mb, scratch)) || !x.ok || !closed(&x, scratch))
 		return false;
 	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
-	return x.ok;
+	return true;
 }

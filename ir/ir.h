@@ -530,12 +530,15 @@ typedef struct fj_attn {
 	fj_vid s;            /* mm1's result */
 	fj_vid x;            /* the softmax's operand: S through the score chain */
 	fj_vid mx, e, l, p;  /* amax(X), exp(X - MX), sum(E), E / L */
+	uint32_t sum2;       /* the logsumexp's sum beside it, or FJ_NONODE */
+	fj_vid s2;           /* its result (row values computed from it and MX may leave) */
 	uint32_t nodes[FJ_ATTN_MAX_NODES]; /* every node of the pattern, ascending */
 	uint32_t nnodes;
 } fj_attn;
 
 /* Does node mm2 of g end an attention pattern whose values (but mm2's
- * result) are used by its own nodes only? live: per node, NULL when every
+ * result, and the row values of a logsumexp beside it) are used by its own
+ * nodes only? live: per node, NULL when every
  * node is (dead nodes' uses are ignored); scratch: g->nnodes bytes. */
 bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out);
 
