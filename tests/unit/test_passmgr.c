@@ -56,14 +56,14 @@ START_TEST(test_parse_good)
 	fj_pipeline_free(p);
 
 	ck_assert_int_eq(fj_parse_pipeline(ctx, " decompose{target=host}, partition{mode=\"default\"},"
-	                                        "recompute{aggressive},fuse{} ,recompute{ aggressive = false }",
+	                                        "recompute{aggressive},schedule{} ,recompute{ aggressive = false }",
 	                                   &p), FJ_OK);
 	ck_assert_uint_eq(fj_pipeline_length(p), 5);
 	ck_assert_str_eq(fj_pipeline_pass(p, 0)->name, "decompose");
 	ck_assert_str_eq(fj_pipeline_pass_text(p, 0), "decompose{target=host}");
 	ck_assert_str_eq(fj_pipeline_pass_text(p, 1), "partition{mode=\"default\"}");
 	ck_assert_str_eq(fj_pipeline_pass_text(p, 2), "recompute{aggressive}");
-	ck_assert_str_eq(fj_pipeline_pass_text(p, 3), "fuse{}");
+	ck_assert_str_eq(fj_pipeline_pass_text(p, 3), "schedule{}");
 	ck_assert_str_eq(fj_pipeline_pass_text(p, 4), "recompute{ aggressive = false }");
 	size_t n;
 	const fj_pass_optval *o = fj_pipeline_pass_options(p, 0, &n);
@@ -76,7 +76,7 @@ START_TEST(test_parse_good)
 	o = fj_pipeline_pass_options(p, 2, &n);
 	ck_assert(o[0].kind == FJ_POPT_BOOL && o[0].b);
 	o = fj_pipeline_pass_options(p, 3, &n);
-	ck_assert_uint_eq(n, 0);
+	ck_assert_uint_eq(n, 0); /* schedule has no options */
 	o = fj_pipeline_pass_options(p, 4, &n);
 	ck_assert(!o[0].b && o[0].given);
 	fj_pipeline_free(p);
