@@ -72,9 +72,10 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-10" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
+#define FJ_RG_VERSION "region-11" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
                                    * region-9: the region plan's column-slot layout on the host;
-                                   * region-10: PTX pointer parameters declare .ptr .global .align */
+                                   * region-10: PTX pointer parameters declare .ptr .global .align;
+                                   * region-11: the attention schedule (host flash attention) */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
