@@ -127,7 +127,6 @@ static void pack_run(att *t, fj_vid v, bool cols, LLVMValueRef b, LLVMValueRef r
 	fj_cg_loop_no_vectorize(t->cg, &lk);
 }
 
-
 /* Kp and Vp for batch b. */
 static void pack_kv(att *t, LLVMValueRef b)
 {

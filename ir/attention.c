@@ -25,11 +25,13 @@
  * bridge's scaled-dot-product forward returns it beside O.
  *
  * This is exactly what decompose makes of `_softmax(q @ k^T * scale + mask)
- * @ v` in f32 (docs/IR.md §4, the attention schedule); other spellings of
- * softmax (through logsumexp, a log_softmax, f16 scores) are not matched and
- * keep their three kernels.
+ * @ v` in f32 (docs/IR.md §4, the attention schedule); other spellings (the
+ * weights as exp(X - logsumexp), a log_softmax, f16 scores) are not matched
+ * and keep their three kernels.
  *
- * Cost: O(nodes of the graph) per call (the use check scans the graph). */
+ * Cost: O(nodes of the graph) per call once the tail matched (the use
+ * checks scan the graph); a matmul that does not end such a tail costs a few
+ * steps. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,7 +194,7 @@ static bool full_of(const matcher *x, fj_vid v, double val)
  * MX is finite, MS is MX; when MX is -inf both are 0; when MX is +inf, S2
  * is +inf. Marks the group's nodes in mark (2: may leave); false when the
  * consumers of MX besides the softmax are not this. */
-static bool lse_group(matcher *x, const fj_node *am, const fj_node *mb, uint8_t *mark)
+static bool lse_group(matcher *x, const fj_node *am, uint8_t *mark)
 {
 	const fj_graph *g = x->g;
 	fj_attn *m = x->m;
@@ -236,7 +238,6 @@ static bool lse_group(matcher *x, const fj_node *am, const fj_node *mb, uint8_t 
 			mark[i] = 2;
 		}
 	}
-	(void)mb;
 	return x->ok;
 }
 
@@ -313,7 +314,7 @@ bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *s
 	for (uint32_t i = 0; i < g->nnodes && !more; i++)
 		for (uint32_t o = 0; o < g->nodes[i].nopnds && !more; o++)
 			more = (!live || live[i]) && g->nodes[i].opnds[o] == out->mx && &g->nodes[i] != mb;
-	if ((more && !lse_group(&x, am, mb, scratch)) || !x.ok || !closed(&x, scratch))
+	if ((more && !lse_group(&x, am, scratch)) || !x.ok || !closed(&x, scratch))
 		return false;
 	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
 	return true;
