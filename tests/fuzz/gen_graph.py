@@ -12,6 +12,7 @@ Coverage (IR.md §3): pointwise unary and binary ops with broadcasting and
 scalar operands, comparisons and where, casts between every float dtype and
 i64/i32/bool, reductions with and without keepdim (sum mean amax amin var
 logsumexp argmax), softmax/log_softmax, layer_norm/rms_norm, linear/matmul,
+attention (softmax of scaled, masked q k^T times v, the flash kernel's pattern),
 and views of intermediates: reshape (dims merged and split, reductions
 reshaped), permute, transpose, t, expand, unsqueeze, squeeze, slice, cat,
 flip. Sizes include 1, 0 and odd ones; a graph may have a symbolic batch dim
@@ -536,6 +537,35 @@ class Gen:
         self.op_reshape(self.emit("reciprocal", [s], [], x.dtype, m.shape))
         return n
 
+    def op_attention(self):
+        """softmax(q k^T * scale [+ mask] [causal]) v, now and then beside the
+        logsumexp of the same scores: the host's flash-attention kernel
+        (ir/attention.c) in f32, three kernels in other dtypes; key counts
+        up to 300 span several of its blocks of 128."""
+        q = self.pick(lambda v: v.dtype in ("f32", "f32", "f64", "f16") and v.rank() in (2, 3) and v.concrete()
+                      and v.shape[-1] > 0 and v.shape[-2] > 0)
+        if q is None:
+            return None
+        dt, lead, m, dk = q.dtype, q.shape[:-2], q.shape[-2], q.shape[-1]
+        n = self.r.choice([1, 3, 5, 17, 130, 300])
+        dv = self.r.choice([1, 4, 7, 33])
+        k = self.param(dt, lead + [n, dk])
+        kt = self.emit("transpose", [k], [("dim0", "-2"), ("dim1", "-1")], dt, lead + [dk, n])
+        s = self.emit("matmul", [q, kt], [], dt, lead + [m, n])
+        s = self.emit("mul", [s, "0.25"], [], dt, s.shape)
+        if self.r.random() < 0.4:
+            s = self.emit("add", [s, self.param(dt, [m, n])], [], dt, s.shape)
+        if self.r.random() < 0.3:
+            rows = self.emit("arange", [], [("end", str(m)), ("dtype", "i64")], "i64", [m])
+            cols = self.emit("arange", [], [("end", str(n)), ("dtype", "i64")], "i64", [n])
+            r1 = self.emit("unsqueeze", [rows], [("dim", "1")], "i64", [m, 1])
+            keep = self.emit("le", [cols, r1], [], "bool", [m, n])
+            s = self.emit("where", [keep, s, "-inf"], [], dt, s.shape)
+        if self.r.random() < 0.3:
+            self.emit("logsumexp", [s], [("dims", "[-1]")], dt, lead + [m], "reduction")
+        p = self.emit("softmax", [s], [("dim", "-1")], dt, s.shape, "reduction")
+        return self.emit("matmul", [p, self.param(dt, lead + [n, dv])], [], dt, lead + [m, dv])
+
     def op_more(self):
         """clamp lerp addcmul var_mean native_layer_norm embedding
         index_select bmm addmm full/arange/ones_like."""
@@ -595,7 +625,8 @@ class Gen:
 
     OPS = [("more", 6), ("param", 3), ("unary", 14), ("guarded", 4), ("binary", 14), ("int", 3),
            ("compare_where", 5), ("cast", 3), ("reduce", 9), ("softmax", 3), ("norm", 3),
-           ("matmul", 4), ("layout", 12), ("reshape", 4), ("cumsum", 1), ("block", 1), ("rownorm", 2)]
+           ("matmul", 4), ("layout", 12), ("reshape", 4), ("cumsum", 1), ("block", 1), ("rownorm", 2),
+           ("attention", 8)]
 
     def generate(self):
         r = self.r
