@@ -63,8 +63,9 @@ typedef struct att {
 	fj_rg_micro us, uo;     /* the micro-kernel for Sb = Qp Kp, for Oa += Sb Vp */
 	LLVMTypeRef f32;
 	LLVMValueRef batch, M, N, Dk, Dv, Dvp, npan; /* npan: key panels (N rounded up to NR, / NR) */
-	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow;
+	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, vfin;
 	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
+	LLVMValueRef live;      /* variable (i8): a row of the tile has a key of the block that is not -inf */
 } att;
 
 #undef BB
@@ -164,6 +165,26 @@ static void pack_kv(att *t, LLVMValueRef b)
 	fj_cg_loop_end(cg, &lp);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &ln);
+	/* vfin[block]: is every V element of the block of NB keys finite? (a
+	 * block of zero weights then adds exactly nothing: see tile) */
+	fj_cg_loop lb, lq, lk;
+	fj_cg_loop_begin(cg, &lb, k64(t, 0), cdiv(t, t->N, NB), "vblk");
+	LLVMValueRef k0 = mul(t, lb.iv, k64(t, NB)), k1 = smin(t, add(t, k0, k64(t, NB)), t->N);
+	LLVMValueRef fin = fj_cg_var(cg, cg->t_i8, NULL, "vfin");
+	fj_cg_set(cg, fin, LLVMConstInt(cg->t_i8, 1, 0));
+	fj_cg_loop_begin(cg, &lq, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "vfpan");
+	LLVMValueRef pbase = mul(t, mul(t, lq.iv, t->N), k64(t, t->nr));
+	fj_cg_loop_begin(cg, &lk, mul(t, k0, k64(t, t->nr)), mul(t, k1, k64(t, t->nr)), "vfel");
+	LLVMValueRef x = ld(t, at(t, t->vp, add(t, pbase, lk.iv)));
+	/* finite: x - x == 0 (inf - inf and NaN are NaN) */
+	LLVMValueRef fx = LLVMBuildFCmp(BB, LLVMRealOEQ, LLVMBuildFSub(BB, x, x, ""), f32c(t, 0), "");
+	fj_cg_set(cg, fin, LLVMBuildSelect(BB, fx, fj_cg_get(cg, fin, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), ""));
+	fj_cg_loop_end(cg, &lk);
+	fj_cg_loop_hints(cg, &lk, t->us.w, IL);
+	fj_cg_loop_end(cg, &lq);
+	LLVMSetAlignment(LLVMBuildStore(BB, fj_cg_get(cg, fin, cg->t_i8),
+	                                LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->vfin, &lb.iv, 1, "")), 1);
+	fj_cg_loop_end(cg, &lb);
 }
 
 /* Qp: rows i0 .. i0 + MB of batch b (rows past mlen are zeros), as
@@ -246,6 +267,8 @@ static void softmax_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMVa
 	fj_cg_loop_hints(cg, &lj, w, IL);
 	LLVMValueRef anynan = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->bnan, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
 	LLVMValueRef bm = LLVMBuildSelect(BB, anynan, f32c(t, NAN), fj_cg_get(cg, t->bmax, t->f32), "");
+	LLVMValueRef dead = LLVMBuildFCmp(BB, LLVMRealOEQ, bm, f32c(t, -INFINITY), ""); /* false for NaN */
+	fj_cg_set(cg, t->live, LLVMBuildSelect(BB, dead, fj_cg_get(cg, t->live, cg->t_i8), LLVMConstInt(cg->t_i8, 1, 0), ""));
 	LLVMValueRef mp = at(t, t->mrow, rr), lp = at(t, t->lrow, rr);
 	LLVMValueRef mold = ld(t, mp);
 	/* m' = max(m, block max), NaN from either side */
@@ -355,12 +378,22 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_rg_micro_emit(cg, &t->us, a, bp, c, t->Dk, LLVMConstInt(cg->t_i1, 1, 0));
 	fj_cg_loop_end(cg, &ljr);
 	fj_cg_loop_end(cg, &lir);
+	fj_cg_set(cg, t->live, LLVMConstInt(cg->t_i8, 0, 0));
 	fj_cg_loop lr;
 	fj_cg_loop_begin(cg, &lr, k64(t, 0), mlen, "srow");
 	fj_rg_scope_push(r);
 	softmax_row(t, lead, b, lr.iv, add(t, i0, lr.iv), jc, nlen);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lr);
+	/* weights x V, unless every row's keys in this block are -inf (a causal
+	 * mask's upper blocks) and V is finite there: the weights are then all
+	 * exactly 0 and the products add nothing (0 x inf would be NaN) */
+	LLVMValueRef kb = LLVMBuildUDiv(BB, jc, k64(t, NB), "");
+	LLVMValueRef vf = LLVMBuildLoad2(BB, cg->t_i8, LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->vfin, &kb, 1, ""), "");
+	LLVMValueRef need = LLVMBuildOr(BB, LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->live, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), ""),
+	                                LLVMBuildICmp(BB, LLVMIntEQ, vf, LLVMConstInt(cg->t_i8, 0, 0), ""), "");
+	fj_cg_if pv;
+	fj_cg_if_begin(cg, &pv, need);
 	fj_cg_loop lor, lov;
 	fj_cg_loop_begin(cg, &lor, k64(t, 0), nir, "oir");
 	fj_cg_loop_begin(cg, &lov, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "ojv");
@@ -370,6 +403,7 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_rg_micro_emit(cg, &t->uo, a2, b2, c2, nlen, LLVMConstInt(cg->t_i1, 0, 0));
 	fj_cg_loop_end(cg, &lov);
 	fj_cg_loop_end(cg, &lor);
+	fj_cg_if_end(cg, &pv);
 	fj_cg_loop_end(cg, &lb);
 	/* O = Oa / l, through the epilogue: per row, per NR-column panel of Oa,
 	 * its columns below Dv (unit stride in Oa and in O) */
@@ -416,6 +450,8 @@ static LLVMValueRef alloc_block(att *t)
 	LLVMValueRef qend = elems;
 	elems = add(t, elems, mul(t, kn, t->Dk));                                          /* + Kp */
 	elems = add(t, elems, mul(t, t->N, t->Dvp));                                       /* + Vp */
+	LLVMValueRef vend = elems;
+	elems = add(t, elems, cdiv(t, cdiv(t, t->N, NB), 4));                              /* + vfin */
 	LLVMValueRef blk = fj_rg_aligned_alloc(t->cg, mul(t, elems, k64(t, 4)));
 	/* Sb, m, l and Oa first: their sizes are multiples of 16 floats, so Sb,
 	 * Oa, and every NR-wide vector of them, are 64-byte aligned; Qp (MR-row
@@ -429,6 +465,7 @@ static LLVMValueRef alloc_block(att *t)
 	LLVMValueRef kpad = LLVMBuildAnd(BB, add(t, qend, k64(t, 15)), k64(t, -16), "");
 	t->kp = at(t, blk, kpad);
 	t->vp = at(t, blk, add(t, kpad, mul(t, kn, t->Dk)));
+	t->vfin = at(t, blk, vend);
 	return blk;
 }
 
@@ -469,6 +506,7 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->bmax = fj_cg_var(cg, t->f32, NULL, "bmax");
 	t->bnan = fj_cg_var(cg, cg->t_i8, NULL, "bnan");
 	t->lsum = fj_cg_var(cg, t->f32, NULL, "lsum");
+	t->live = fj_cg_var(cg, cg->t_i8, NULL, "live");
 	int d = t->rank - 2;
 	t->batch = d ? fj_rg_dim(r, t->ov, 0) : k64(t, 1);
 	t->M = fj_rg_dim(r, t->ov, d);
