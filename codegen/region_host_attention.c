@@ -27,7 +27,11 @@
  *       e = the region's own E = exp(X - MX) with MX bound to m' (to 0
  *       when m' is -inf: a row masked so far adds nothing), kept in Sb;
  *       a = exp(m - m'), l = l a + sum(e), Oa row *= a;
- *   Oa += Sb x Vp (the micro-kernel again, k over the block's keys).
+ *   Oa += Sb x Vp (the micro-kernel again, k over the block's keys), left
+ *       out when no row of the tile has a key of the block that is not -inf
+ *       (a causal mask's upper blocks) and the block's V is finite (vfin,
+ *       noted when V is packed): its weights are all exactly 0, and only a
+ *       non-finite V would make 0 x V anything but nothing.
  * Then O = Oa / l per row, bound as mm2's value, and every result stored
  * through the region's epilogue (the reshape back to heads, a conversion).
  * A row every key of which is -inf gives 0 / 0 = NaN, as softmax does; a

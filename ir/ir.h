@@ -538,8 +538,8 @@ typedef struct fj_attn {
 
 /* Does node mm2 of g end an attention pattern whose values (but mm2's
  * result, and the row values of a logsumexp beside it) are used by its own
- * nodes only? live: per node, NULL when every
- * node is (dead nodes' uses are ignored); scratch: g->nnodes bytes. */
+ * nodes only? live: per node, NULL when every node is (dead nodes' uses are
+ * ignored); scratch: g->nnodes bytes. */
 bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out);
 
 /* ---- type inference (ir/infer.c) ---- */
