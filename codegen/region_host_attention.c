@@ -444,32 +444,32 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 
 /* ---- the kernel ---- */
 
-/* The block's parts (see the header); NULL when the allocation failed. */
+/* The block's parts (see the header); NULL when the allocation failed.
+ * In floats: Sb (MB x NB), m and l (32 each), Oa (MB x Dv'), Qp (MB x Dk),
+ * then, from the next multiple of 16, Kp (N' x Dk, N' = N rounded up to
+ * NR), Vp (N x Dv') and vfin (a byte per key block). Sb, m, l and Oa have
+ * sizes that are multiples of 16 floats, so Sb, Oa and every NR-wide vector
+ * of them are 64-byte aligned; Qp (MR-row panels) needs no alignment; Kp
+ * and Vp start at multiples of 16 and hold whole NR-wide vectors. */
 static LLVMValueRef alloc_block(att *t)
 {
-	int64_t fixed = (int64_t)MB * NB + 2 * 32; /* Sb, m, l */
+	int64_t fixed = (int64_t)MB * NB + 2 * 32;
 	LLVMValueRef kn = mul(t, t->npan, k64(t, t->nr));
-	LLVMValueRef elems = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));          /* + Oa */
-	elems = add(t, elems, mul(t, cdiv(t, k64(t, MB), t->mr), mul(t, t->Dk, k64(t, t->mr)))); /* + Qp */
-	LLVMValueRef qend = elems;
-	elems = add(t, elems, mul(t, kn, t->Dk));                                          /* + Kp */
-	elems = add(t, elems, mul(t, t->N, t->Dvp));                                       /* + Vp */
-	LLVMValueRef vend = elems;
-	elems = add(t, elems, cdiv(t, cdiv(t, t->N, NB), 4));                              /* + vfin */
+	LLVMValueRef q0 = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));
+	LLVMValueRef qend = add(t, q0, mul(t, k64(t, MB), t->Dk)); /* MB is a multiple of MR */
+	LLVMValueRef k0 = LLVMBuildAnd(BB, add(t, qend, k64(t, 15)), k64(t, -16), "");
+	LLVMValueRef v0 = add(t, k0, mul(t, kn, t->Dk));
+	LLVMValueRef f0 = add(t, v0, mul(t, t->N, t->Dvp));
+	LLVMValueRef elems = add(t, f0, cdiv(t, cdiv(t, t->N, NB), 4));
 	LLVMValueRef blk = fj_rg_aligned_alloc(t->cg, mul(t, elems, k64(t, 4)));
-	/* Sb, m, l and Oa first: their sizes are multiples of 16 floats, so Sb,
-	 * Oa, and every NR-wide vector of them, are 64-byte aligned; Qp (MR-row
-	 * panels) needs no alignment; Kp and Vp follow at multiples of 16 */
 	t->sb = blk;
 	t->mrow = at(t, blk, k64(t, (int64_t)MB * NB));
 	t->lrow = at(t, blk, k64(t, (int64_t)MB * NB + 32));
 	t->oa = at(t, blk, k64(t, fixed));
-	LLVMValueRef q0 = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));
 	t->qp = at(t, blk, q0);
-	LLVMValueRef kpad = LLVMBuildAnd(BB, add(t, qend, k64(t, 15)), k64(t, -16), "");
-	t->kp = at(t, blk, kpad);
-	t->vp = at(t, blk, add(t, kpad, mul(t, kn, t->Dk)));
-	t->vfin = at(t, blk, vend);
+	t->kp = at(t, blk, k0);
+	t->vp = at(t, blk, v0);
+	t->vfin = at(t, blk, f0);
 	return blk;
 }
 
