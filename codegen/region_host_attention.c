@@ -67,6 +67,7 @@ typedef struct att {
 	fj_rg_micro us, uo;     /* the micro-kernel for Sb = Qp Kp, for Oa += Sb Vp */
 	LLVMTypeRef f32;
 	LLVMValueRef batch, M, N, Dk, Dv, Dvp, npan; /* npan: key panels (N rounded up to NR, / NR) */
+	LLVMValueRef vpan;      /* value panels: Dv' / NR */
 	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, vfin;
 	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
 	LLVMValueRef live;      /* variable (i8): a row of the tile has a key of the block that is not -inf */
@@ -102,14 +103,8 @@ static LLVMValueRef f32c(att *t, double x) { return LLVMConstReal(t->f32, x); }
 /* Operand v (Q, K or V) at (batch b, row, col), as f32. */
 static LLVMValueRef operand_at(att *t, fj_vid v, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col)
 {
-	LLVMValueRef idx[3];
-	int n = 0;
-	if (t->rank == 3)
-		idx[n++] = b;
-	idx[n++] = row;
-	idx[n++] = col;
 	fj_rg_point p;
-	fj_rg_point_idx(&p, t->rank, idx);
+	fj_rg_batch_point(&p, t->rank, b, row, col);
 	return fj_rg_eval_as(t->r, v, &p, FJ_DT_F32);
 }
 
@@ -155,7 +150,7 @@ static void pack_kv(att *t, LLVMValueRef b)
 	fj_cg_loop ln, lp, lv;
 	fj_cg_loop_begin(cg, &ln, k64(t, 0), t->N, "vrow");
 	fj_rg_scope_push(r);
-	fj_cg_loop_begin(cg, &lp, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "vpan");
+	fj_cg_loop_begin(cg, &lp, k64(t, 0), t->vpan, "vpan");
 	LLVMValueRef c0 = mul(t, lp.iv, k64(t, t->nr));
 	LLVMValueRef vrow = at(t, t->vp, mul(t, add(t, mul(t, lp.iv, t->N), ln.iv), k64(t, t->nr)));
 	fj_cg_loop_begin(cg, &lv, k64(t, 0), k64(t, t->nr), "vcol");
@@ -176,7 +171,7 @@ static void pack_kv(att *t, LLVMValueRef b)
 	LLVMValueRef k0 = mul(t, lb.iv, k64(t, NB)), k1 = smin(t, add(t, k0, k64(t, NB)), t->N);
 	LLVMValueRef fin = fj_cg_var(cg, cg->t_i8, NULL, "vfin");
 	fj_cg_set(cg, fin, LLVMConstInt(cg->t_i8, 1, 0));
-	fj_cg_loop_begin(cg, &lq, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "vfpan");
+	fj_cg_loop_begin(cg, &lq, k64(t, 0), t->vpan, "vfpan");
 	LLVMValueRef pbase = mul(t, mul(t, lq.iv, t->N), k64(t, t->nr));
 	fj_cg_loop_begin(cg, &lk, mul(t, k0, k64(t, t->nr)), mul(t, k1, k64(t, t->nr)), "vfel");
 	LLVMValueRef x = ld(t, at(t, t->vp, add(t, pbase, lk.iv)));
@@ -306,7 +301,7 @@ static void softmax_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMVa
 	st(t, mp, mnew);
 	/* Oa's row times alpha: NR columns in each panel */
 	fj_cg_loop lv, lc;
-	fj_cg_loop_begin(cg, &lv, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "apan");
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), t->vpan, "apan");
 	LLVMValueRef orow = at(t, t->oa, add(t, mul(t, lv.iv, k64(t, (int64_t)MB * t->nr)), mul(t, rr, k64(t, t->nr))));
 	fj_cg_loop_begin(cg, &lc, k64(t, 0), k64(t, t->nr), "acol");
 	LLVMValueRef op = at(t, orow, lc.iv);
@@ -400,7 +395,7 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_cg_if_begin(cg, &pv, need);
 	fj_cg_loop lor, lov;
 	fj_cg_loop_begin(cg, &lor, k64(t, 0), nir, "oir");
-	fj_cg_loop_begin(cg, &lov, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "ojv");
+	fj_cg_loop_begin(cg, &lov, k64(t, 0), t->vpan, "ojv");
 	LLVMValueRef a2 = at(t, t->sb, mul(t, lor.iv, k64(t, (int64_t)t->mr * NB)));
 	LLVMValueRef b2 = at(t, t->vp, mul(t, add(t, mul(t, lov.iv, t->N), jc), k64(t, t->nr)));
 	LLVMValueRef c2 = at(t, t->oa, add(t, mul(t, lov.iv, k64(t, (int64_t)MB * t->nr)), mul(t, lor.iv, k64(t, (int64_t)t->mr * t->nr))));
@@ -418,20 +413,14 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	LLVMValueRef row = add(t, i0, le.iv);
 	if (fj_rh_has_outputs(h, OUT_R))
 		row_outputs(t, b, row, ld(t, at(t, t->mrow, le.iv)), lrow);
-	fj_cg_loop_begin(cg, &lv, k64(t, 0), LLVMBuildUDiv(BB, t->Dvp, k64(t, t->nr), ""), "opan");
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), t->vpan, "opan");
 	LLVMValueRef c0 = mul(t, lv.iv, k64(t, t->nr));
 	LLVMValueRef orow = at(t, t->oa, mul(t, add(t, mul(t, lv.iv, k64(t, MB)), le.iv), k64(t, t->nr)));
 	fj_cg_loop_begin(cg, &lj, k64(t, 0), smin(t, k64(t, t->nr), LLVMBuildNSWSub(BB, t->Dv, c0, "")), "ocol");
 	fj_rg_scope_push(r);
 	fj_rg_bind(r, t->ov, LLVMBuildFDiv(BB, ld(t, at(t, orow, lj.iv)), lrow, ""));
-	LLVMValueRef idx[3];
-	int n = 0;
-	if (t->rank == 3)
-		idx[n++] = b;
-	idx[n++] = row;
-	idx[n++] = add(t, c0, lj.iv);
 	fj_rg_point p;
-	fj_rg_point_idx(&p, t->rank, idx);
+	fj_rg_batch_point(&p, t->rank, b, row, add(t, c0, lj.iv));
 	fj_rh_store_outputs(h, OUT_D, &p);
 	fj_rg_bind(r, t->ov, NULL);
 	fj_rg_scope_pop(r);
@@ -517,7 +506,8 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->Dv = fj_rg_dim(r, t->ov, d + 1);
 	t->N = fj_rg_dim(r, t->kv, d + 1);
 	t->Dk = fj_rg_dim(r, t->qv, d + 1);
-	t->Dvp = mul(t, cdiv(t, t->Dv, t->nr), k64(t, t->nr));
+	t->vpan = cdiv(t, t->Dv, t->nr);
+	t->Dvp = mul(t, t->vpan, k64(t, t->nr));
 	t->npan = cdiv(t, t->N, t->nr);
 	/* the parallel space: an O-sized result's elements (the analysis put
 	 * every result of O's count at D; a logsumexp comes first, at R) */

@@ -195,17 +195,22 @@ static void plan(mm *m)
 
 /* ---- operands ---- */
 
-/* Operand v (A or B) at (batch b, row, col), as an acc value. */
-static LLVMValueRef operand_at(mm *m, fj_vid v, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col)
+void fj_rg_batch_point(fj_rg_point *p, int rank, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col)
 {
 	LLVMValueRef idx[3];
 	int n = 0;
-	if (m->rank == 3)
+	if (rank == 3)
 		idx[n++] = b;
 	idx[n++] = row;
 	idx[n++] = col;
+	fj_rg_point_idx(p, rank, idx);
+}
+
+/* Operand v (A or B) at (batch b, row, col), as an acc value. */
+static LLVMValueRef operand_at(mm *m, fj_vid v, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col)
+{
 	fj_rg_point p;
-	fj_rg_point_idx(&p, m->rank, idx);
+	fj_rg_batch_point(&p, m->rank, b, row, col);
 	return fj_rg_eval_as(m->r, v, &p, m->acc);
 }
 
@@ -576,14 +581,8 @@ static void epilogue(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef jc, LL
 	LLVMValueRef x = LLVMBuildLoad2(BB, m->et, at(m, m->cb, add(m, crow, lj.iv)), "");
 	LLVMSetAlignment(x, (unsigned)m->esz);
 	fj_rg_bind(r, m->mv, fj_cg_convert(cg, x, m->acc, m->mdt));
-	LLVMValueRef idx[3];
-	int n = 0;
-	if (m->rank == 3)
-		idx[n++] = b;
-	idx[n++] = row;
-	idx[n++] = add(m, jc, lj.iv);
 	fj_rg_point p;
-	fj_rg_point_idx(&p, m->rank, idx);
+	fj_rg_batch_point(&p, m->rank, b, row, add(m, jc, lj.iv));
 	m->hm->store(m->hm->ud, &p);
 	fj_rg_bind(r, m->mv, NULL);
 	fj_rg_scope_pop(r);

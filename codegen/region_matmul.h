@@ -40,6 +40,10 @@ void fj_rg_micro_init(fj_cg *cg, fj_rg_micro *u, fj_dtype acc, int mr, int nrv);
 void fj_rg_micro_emit(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c,
                       LLVMValueRef kl, LLVMValueRef first);
 
+/* p = (b, row, col) of a rank-3 matmul operand or result, (row, col) of a
+ * rank-2 one (b unused). */
+void fj_rg_batch_point(fj_rg_point *p, int rank, LLVMValueRef b, LLVMValueRef row, LLVMValueRef col);
+
 /* The tiles [*t0, *t1) of ntiles (> 0) that a call for [lo, hi) of a
  * parallel space of `extent` elements runs (region_matmul.c's header: every
  * tile once over any partition of the space into calls). */
