@@ -382,11 +382,12 @@ fj_status fj_gpu_emit_region(fj_nvptx_comp *c, fj_cg *cg, const fj_graph *g, uin
 fj_status fj_gpu_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg_analysis *a)
 {
 	fj_status st = fj_rg_analyze(ctx, g, node, a);
-	if (st == FJ_OK && a->sched == FJ_RG_ATTENTION) {
+	if (st == FJ_OK && (a->sched == FJ_RG_ATTENTION || a->sched == FJ_RG_ATTENTION_BW)) {
+		bool bw = a->sched == FJ_RG_ATTENTION_BW;
 		fj_rg_analysis_free(a);
 		return fj_error_status(ctx, FJ_ERR_UNSUPPORTED, g->nodes[node].loc,
-		                       "fusion.kernel: schedule attention has no GPU kernel; fuse for the GPU without "
-		                       "attention=true (the default)");
+		                       "fusion.kernel: schedule %s has no GPU kernel; fuse for the GPU without "
+		                       "attention=true (the default)", bw ? "attention_bw" : "attention");
 	}
 	return st;
 }

@@ -34,6 +34,7 @@ static const char *const sched_names[FJ_RG_SCHED_COUNT] = {
 	[FJ_RG_SCAN] = "scan", [FJ_RG_MATMUL] = "matmul", [FJ_RG_TAKE] = "take",
 	[FJ_RG_GATHER] = "gather", [FJ_RG_SCATTER] = "scatter",
 	[FJ_RG_PERSISTENT_INNER_OUTER] = "persistent_inner_outer", [FJ_RG_ATTENTION] = "attention",
+	[FJ_RG_ATTENTION_BW] = "attention_bw",
 };
 
 bool fj_rg_schedule_from_name(const char *s, fj_rg_schedule *out)
@@ -327,23 +328,30 @@ static void plan_region(fj_rg_analysis *a)
 /* attention: the pattern of ir/attention.c; D is its second matmul's
  * result O, R its rows (D without the last dim): results of O's element
  * count are stored at D, those of R's (a logsumexp) at R. No reduction is
- * listed (the template runs the softmax itself). Values keep the classes
- * the caller gave them (inputs, literals, FULL); the matmuls' results are
- * OPAQUE, the reductions' REDUCTION. */
+ * listed (the template runs the softmax itself). attention_bw: the pattern
+ * of fj_attn_bw_match; D is G0's result, no reduction, and every result is
+ * at D (the template stores each at its own G's points). Values keep the
+ * classes the caller gave them (inputs, literals, FULL); the matmuls'
+ * results are OPAQUE, the reductions' REDUCTION. */
 static fj_status analyze_attention(fj_rg_analysis *a)
 {
 	const fj_graph *b = a->body;
 	uint8_t *scratch = fj_alloc(a->ctx, b->nnodes ? b->nnodes : 1);
 	if (!scratch)
 		return FJ_ERR_NOMEM;
+	bool bw = a->sched == FJ_RG_ATTENTION_BW;
 	fj_attn at;
-	bool found = false;
-	for (uint32_t i = 0; i < b->nnodes && !found; i++)
-		found = fj_attn_match(b, i, NULL, scratch, &at);
+	fj_attn_bw ab;
+	uint32_t found = FJ_NONODE;
+	for (uint32_t i = 0; i < b->nnodes && found == FJ_NONODE; i++)
+		if (bw ? fj_attn_bw_match(b, i, NULL, scratch, &ab) : fj_attn_match(b, i, NULL, scratch, &at))
+			found = i;
 	fj_free(a->ctx, scratch, b->nnodes ? b->nnodes : 1);
-	if (!found)
+	if (found == FJ_NONODE)
 		return fj_error_status(a->ctx, FJ_ERR_UNSUPPORTED, a->node->loc,
-		                       "fusion.kernel: schedule attention needs softmax(f(Q K)) V in f32 (docs/IR.md §4)");
+		                       bw ? "fusion.kernel: schedule attention_bw needs second-stage matmuls of weights "
+		                            "computed pointwise from first-stage ones, in f32 (docs/IR.md §4)"
+		                          : "fusion.kernel: schedule attention needs softmax(f(Q K)) V in f32 (docs/IR.md §4)");
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		for (uint32_t o = 0; o < n->nopnds; o++)
@@ -361,11 +369,11 @@ static fj_status analyze_attention(fj_rg_analysis *a)
 		if (x->result < 0)
 			x->result = (int32_t)j;
 	}
-	a->opaque = at.mm2;
-	a->dom_v = b->nodes[at.mm2].res[0];
+	a->opaque = found;
+	a->dom_v = b->nodes[found].res[0];
 	a->dom = &b->values[a->dom_v].type;
-	a->kmask = 1u << (a->dom->rank - 1); /* R: O's rows, where the row values (a logsumexp) live */
-	a->rrank = a->dom->rank - 1;
+	a->kmask = bw ? 0 : 1u << (a->dom->rank - 1); /* R: O's rows, where the row values (a logsumexp) live */
+	a->rrank = a->dom->rank - (bw ? 0 : 1);
 	for (uint32_t v = 0; v < b->nvalues; v++)
 		if (b->values[v].kind != FJ_VK_LITERAL) {
 			a->vals[v].in_d = same_dims(&b->values[v].type, a->dom);
@@ -418,7 +426,7 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 		a->vals[b->params[i]].cls = FJ_RG_INPUT;
 		a->vals[b->params[i]].index = (int32_t)i;
 	}
-	if (a->sched == FJ_RG_ATTENTION) {
+	if (a->sched == FJ_RG_ATTENTION || a->sched == FJ_RG_ATTENTION_BW) {
 		fj_status st = analyze_attention(a);
 		if (st != FJ_OK)
 			fj_rg_analysis_free(a);

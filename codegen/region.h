@@ -72,10 +72,11 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-11" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
+#define FJ_RG_VERSION "region-12" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
                                    * region-9: the region plan's column-slot layout on the host;
                                    * region-10: PTX pointer parameters declare .ptr .global .align;
-                                   * region-11: the attention schedule (host flash attention) */
+                                   * region-11: the attention schedule (host flash attention);
+                                   * region-12: the attention_bw schedule */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {
@@ -92,6 +93,7 @@ typedef enum fj_rg_schedule {
 	FJ_RG_SCATTER,
 	FJ_RG_PERSISTENT_INNER_OUTER, /* persistent_inner plus column sums (outer reductions) */
 	FJ_RG_ATTENTION, /* softmax(f(Q K)) V (ir/attention.c): the host's flash kernel */
+	FJ_RG_ATTENTION_BW, /* its backward, weights recomputed (fj_attn_bw_match): the host's kernel */
 	FJ_RG_SCHED_COUNT
 } fj_rg_schedule;
 

@@ -225,6 +225,8 @@ static fj_status emit_body(hctx *h)
 	const fj_rg_analysis *a = h->a;
 	if (a->sched == FJ_RG_ATTENTION)
 		return fj_rh_tpl_attention(h);
+	if (a->sched == FJ_RG_ATTENTION_BW)
+		return fj_rh_tpl_attention_bw(h);
 	if (a->opaque != FJ_NONODE) {
 		switch (h->body->nodes[a->opaque].op) {
 		case FJ_OP_PRIMS_MATMUL: return fj_rh_tpl_matmul(h);

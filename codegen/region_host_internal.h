@@ -86,6 +86,7 @@ void fj_rh_tpl_inner(hctx *h);      /* region_host_inner.c */
 void fj_rh_tpl_outer(hctx *h);      /* region_host_outer.c */
 fj_status fj_rh_tpl_matmul(hctx *h);  /* region_host_opaque.c */
 fj_status fj_rh_tpl_attention(hctx *h); /* region_host_attention.c */
+fj_status fj_rh_tpl_attention_bw(hctx *h); /* region_host_attention_bw.c */
 fj_status fj_rh_tpl_scan(hctx *h);
 fj_status fj_rh_tpl_scatter(hctx *h);
 

@@ -44,6 +44,7 @@ typedef struct matcher {
 	fj_attn *m;
 	uint8_t *seen; /* per node, for the chain walk: 1 visited, 2 depends on S */
 	bool ok;
+	bool p_leaves; /* P may be returned (fj_attn_match_saved) */
 } matcher;
 
 /* The node defining v when it is op `op` (any op: FJ_OP_COUNT), else NULL. */
@@ -157,7 +158,8 @@ static bool closed(const matcher *x, uint8_t *mark)
 	}
 	for (uint32_t r = 0; r < g->nresults; r++) {
 		fj_vid v = g->results[r];
-		if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && mark[g->values[v].def] == 1)
+		if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && mark[g->values[v].def] == 1 &&
+		    !(x->p_leaves && v == x->m->p))
 			return false;
 	}
 	return true;
@@ -247,14 +249,14 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out)
+static bool match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, bool p_leaves, fj_attn *out)
 {
 	memset(out, 0, sizeof *out);
 	out->mm1 = out->mm2 = out->sum2 = FJ_NONODE;
 	out->s2 = FJ_NOVAL;
 	if (mm2 >= g->nnodes || g->nodes[mm2].op != FJ_OP_PRIMS_MATMUL || g->nodes[mm2].nopnds != 2)
 		return false;
-	matcher x = {.g = g, .live = live, .m = out, .seen = scratch, .ok = true};
+	matcher x = {.g = g, .live = live, .m = out, .seen = scratch, .ok = true, .p_leaves = p_leaves};
 	const fj_node *n2 = &g->nodes[mm2];
 	const fj_type *to = vt(&x, n2->res[0]);
 	if ((to->rank != 2 && to->rank != 3) || to->dtype != FJ_DT_F32)
@@ -316,6 +318,272 @@ bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *s
 			more = (!live || live[i]) && g->nodes[i].opnds[o] == out->mx && &g->nodes[i] != mb;
 	if ((more && !lse_group(&x, am, scratch)) || !x.ok || !closed(&x, scratch))
 		return false;
+	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
+	return true;
+}
+
+bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out)
+{
+	return match(g, mm2, live, scratch, false, out);
+}
+
+bool fj_attn_match_saved(const fj_graph *g, uint32_t mm2, uint8_t *scratch, fj_attn *out)
+{
+	return match(g, mm2, NULL, scratch, true, out);
+}
+
+/* ---- the backward (fj_attn_bw_match) ---- */
+
+/* Is transpose t a swap of its operand's last two dims? */
+static bool swaps_last_two(const fj_graph *g, const fj_node *t)
+{
+	const fj_attr *pa = fj_node_attr(fj_graph_ctx(g), t, "perm");
+	int r = g->values[t->res[0]].type.rank;
+	if (!pa || pa->kind != FJ_AK_LIST || pa->n != (uint32_t)r || r < 2)
+		return false;
+	for (int i = 0; i < r; i++) {
+		int want = i == r - 2 ? r - 1 : i == r - 1 ? r - 2 : i;
+		if (fj_attr_as_int(&pa->u.items[i]) != want)
+			return false;
+	}
+	return true;
+}
+
+typedef struct bwm {
+	const fj_graph *g;
+	const bool *live;
+	fj_attn_bw *m;
+	uint8_t *st; /* per node: 1 visited (independent of the first stage), 2 a member, 3 an F */
+	const fj_type *wt;
+	int mrank; /* the matmuls' rank (2 or 3; W's may be higher: heads) */
+	bool ok;
+} bwm;
+
+/* Do a and b end in the same two dims (swapped with `swap`)? */
+static bool last_two(const fj_type *a, const fj_type *b, bool swap)
+{
+	if (a->rank < 2 || b->rank < 2)
+		return false;
+	fj_dim a1 = a->dims[a->rank - 2], a2 = a->dims[a->rank - 1];
+	return swap ? a1 == b->dims[b->rank - 1] && a2 == b->dims[b->rank - 2]
+	            : a1 == b->dims[b->rank - 2] && a2 == b->dims[b->rank - 1];
+}
+
+static void bw_add(bwm *x, uint32_t i)
+{
+	for (uint32_t k = 0; k < x->m->nnodes; k++)
+		if (x->m->nodes[k] == i)
+			return;
+	if (x->m->nnodes == FJ_ATTN_MAX_NODES) {
+		x->ok = false;
+		return;
+	}
+	x->m->nodes[x->m->nnodes++] = i;
+}
+
+/* Walks back from W-space value v: returns whether v depends on a first
+ * stage matmul (records those, and the pointwise nodes between, as
+ * members). */
+static bool bw_walk(bwm *x, fj_vid v, int depth)
+{
+	const fj_graph *g = x->g;
+	const fj_node *n = def_op(g, v, FJ_OP_COUNT);
+	if (!n || !x->ok)
+		return false;
+	uint32_t i = node_of(g, n);
+	if (x->st[i])
+		return x->st[i] >= 2;
+	x->st[i] = 1;
+	const fj_type *t = &g->values[v].type;
+	/* a first-stage matmul, or a reshape of one folding W's batch dims */
+	const fj_node *mm = n->op == FJ_OP_PRIMS_MATMUL ? n : NULL;
+	if (n->op == FJ_OP_PRIMS_RESHAPE && n->nopnds == 1 && (mm = def_op(g, n->opnds[0], FJ_OP_PRIMS_MATMUL)) &&
+	    (t->rank < 3 || g->values[mm->res[0]].type.rank != 3 || !last_two(&g->values[mm->res[0]].type, t, false)))
+		return false;
+	if (mm) {
+		uint32_t mi = node_of(g, mm);
+		const fj_type *mt = &g->values[mm->res[0]].type;
+		if (!fj_type_same_dims(t, x->wt) || mt->dtype != FJ_DT_F32 || mm->nopnds != 2 || mt->rank != x->mrank)
+			return false;
+		bool known = false;
+		for (uint32_t k = 0; k < x->m->nf && !known; k++)
+			known = x->m->f[k] == mi;
+		if (!known && x->m->nf == FJ_ATTN_BW_MAX_F) {
+			x->ok = false;
+			return false;
+		}
+		if (!known)
+			x->m->f[x->m->nf++] = mi;
+		x->st[mi] = 3;
+		x->st[i] = mm == n ? 3 : 2;
+		bw_add(x, mi);
+		bw_add(x, i);
+		return true;
+	}
+	if (depth > 64 || !(fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) || n->nres != 1 ||
+	    !fj_type_same_dims(t, x->wt))
+		return false;
+	bool dep = false;
+	for (uint32_t o = 0; o < n->nopnds; o++)
+		dep = bw_walk(x, n->opnds[o], depth + 1) || dep;
+	if (dep) {
+		x->st[i] = 2;
+		bw_add(x, i);
+	}
+	return dep;
+}
+
+/* G's W-space operand W_g, read back through at most three layout nodes
+ * (a transpose of the last two dims, reshapes that fold W's batch dims
+ * into G's and keep the last two), which go to lay[0..*nl); *tr: whether
+ * G reads W_g transposed. FJ_NOVAL when G's first operand is not such a
+ * value of W's dims (wt; any dims of rank >= 2 when wt is NULL). */
+static fj_vid bw_weights(const fj_graph *g, const fj_node *gm, const fj_type *wt, bool *tr, const fj_node **lay,
+                         uint32_t *nl)
+{
+	fj_vid a = gm->opnds[0];
+	*tr = false;
+	*nl = 0;
+	for (int k = 0; k < 3; k++) { /* all of them: a square W's transpose has W's dims */
+		const fj_node *n = def_op(g, a, FJ_OP_COUNT);
+		if (!n || n->nopnds != 1)
+			break;
+		const fj_type *in = &g->values[n->opnds[0]].type, *res = &g->values[a].type;
+		if (n->op == FJ_OP_PRIMS_TRANSPOSE && swaps_last_two(g, n))
+			*tr = !*tr;
+		else if (!(n->op == FJ_OP_PRIMS_RESHAPE && in->rank >= 3 && res->rank >= 3 && last_two(in, res, false)))
+			break;
+		lay[(*nl)++] = n;
+		a = n->opnds[0];
+	}
+	const fj_type *at = &g->values[a].type;
+	if (wt ? !fj_type_same_dims(at, wt) : at->rank < 2)
+		return FJ_NOVAL;
+	return a;
+}
+
+bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t *scratch, fj_attn_bw *out)
+{
+	memset(out, 0, sizeof *out);
+	if (g0 >= g->nnodes || g->nodes[g0].op != FJ_OP_PRIMS_MATMUL || g->nodes[g0].nopnds != 2 ||
+	    (live && !live[g0]))
+		return false;
+	const fj_node *n0 = &g->nodes[g0];
+	bool tr;
+	const fj_node *lay[3];
+	uint32_t nl;
+	fj_vid w0 = bw_weights(g, n0, NULL, &tr, lay, &nl);
+	if (w0 == FJ_NOVAL)
+		return false;
+	const fj_type *wt = &g->values[w0].type;
+	const fj_type *ot = &g->values[n0->res[0]].type;
+	int mr = ot->rank;
+	if ((mr != 2 && mr != 3) || wt->dtype != FJ_DT_F32 || ot->dtype != FJ_DT_F32 || wt->rank < mr ||
+	    (wt->rank > mr && mr != 3))
+		return false;
+	bwm x = {.g = g, .live = live, .m = out, .st = scratch, .wt = wt, .mrank = mr, .ok = true};
+	memset(scratch, 0, g->nnodes);
+	/* every second-stage matmul reading a W value of this space that depends
+	 * on the first stage; their W chains, to a fixed point (a G found later
+	 * may read W values an earlier walk did not reach) */
+	for (bool grew = true; grew && x.ok;) {
+		grew = false;
+		for (uint32_t i = 0; i < g->nnodes && x.ok; i++) {
+			const fj_node *n = &g->nodes[i];
+			if (n->op != FJ_OP_PRIMS_MATMUL || n->nopnds != 2 || (live && !live[i]) || scratch[i] >= 2)
+				continue;
+			bool known = false;
+			for (uint32_t k = 0; k < out->ng && !known; k++)
+				known = out->g[k] == i;
+			if (known)
+				continue;
+			bool t;
+			fj_vid w = bw_weights(g, n, wt, &t, lay, &nl);
+			const fj_node *wd = w == FJ_NOVAL ? NULL : def_op(g, w, FJ_OP_COUNT);
+			if (!wd || (i != g0 && scratch[node_of(g, wd)] < 2))
+				continue; /* G0 starts the walk; the others read what it reached */
+			if (!bw_walk(&x, w, 0))
+				continue;
+			if (out->ng == FJ_ATTN_BW_MAX_G) {
+				x.ok = false;
+				break;
+			}
+			out->g[out->ng] = i;
+			out->gw[out->ng] = w;
+			out->gt[out->ng] = t;
+			out->ng++;
+			bw_add(&x, i);
+			for (uint32_t k = 0; k < nl; k++)
+				bw_add(&x, node_of(g, lay[k]));
+			grew = true;
+		}
+	}
+	if (!x.ok || out->nf == 0 || out->ng == 0 || out->g[0] != g0)
+		return false;
+	/* the shapes: every F and G a matmul of G0's rank and batch; G's
+	 * second operand of the rows it sums over (W's N for W Y, M for W^T Y) */
+	const fj_type *ft = &g->values[g->nodes[out->f[0]].res[0]].type;
+	for (uint32_t k = 0; k < out->nf; k++) {
+		const fj_node *f = &g->nodes[out->f[k]];
+		const fj_type *t = &g->values[f->res[0]].type;
+		if (g->values[f->opnds[0]].type.rank != mr || g->values[f->opnds[1]].type.rank != mr ||
+		    !last_two(t, wt, false) || (mr == 3 && t->dims[0] != ot->dims[0]))
+			return false;
+	}
+	for (uint32_t k = 0; k < out->ng; k++) {
+		const fj_node *gm = &g->nodes[out->g[k]];
+		const fj_type *yt = &g->values[gm->opnds[1]].type, *rt = &g->values[gm->res[0]].type;
+		if (yt->rank != mr || rt->rank != mr || rt->dtype != FJ_DT_F32 || (mr == 3 && rt->dims[0] != ft->dims[0]) ||
+		    yt->dims[mr - 2] != wt->dims[wt->rank - (out->gt[k] ? 2 : 1)] ||
+		    rt->dims[mr - 2] != wt->dims[wt->rank - (out->gt[k] ? 1 : 2)])
+			return false;
+	}
+	/* membership marks: 1 a member whose value stays inside, 2 a G (its
+	 * value leaves) */
+	memset(scratch, 0, g->nnodes);
+	for (uint32_t k = 0; k < out->nnodes; k++)
+		scratch[out->nodes[k]] = 1;
+	for (uint32_t k = 0; k < out->ng; k++)
+		scratch[out->g[k]] = 2;
+	/* nothing outside reads a member but a G; a member reads neither a G
+	 * nor an outside value computed from one (bit 4: depends on a G) */
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		const fj_node *n = &g->nodes[i];
+		if (live && !live[i])
+			continue;
+		uint8_t mi = scratch[i] & 3;
+		bool dep = mi == 2;
+		for (uint32_t o = 0; o < n->nopnds; o++) {
+			fj_vid v = n->opnds[o];
+			if (v == FJ_NOVAL || g->values[v].kind != FJ_VK_RESULT)
+				continue;
+			uint8_t md = scratch[g->values[v].def];
+			if ((md & 3) == 1 && !mi)
+				return false; /* an outside node reads a value of the pattern */
+			if (mi && ((md & 3) == 2 || ((md & 3) == 0 && (md & 4))))
+				return false; /* the pattern reads a G */
+			dep = dep || (md & 3) == 2 || (md & 4);
+		}
+		if (dep)
+			scratch[i] |= 4;
+	}
+	for (uint32_t k = 0; k < out->ng; k++) { /* G's second operand: from outside */
+		const fj_node *gm = &g->nodes[out->g[k]];
+		const fj_node *yd = def_op(g, gm->opnds[1], FJ_OP_COUNT);
+		if (yd && scratch[node_of(g, yd)])
+			return false;
+	}
+	for (uint32_t k = 0; k < out->nf; k++) /* F's operands: from outside */
+		for (uint32_t o = 0; o < 2; o++) {
+			const fj_node *od = def_op(g, g->nodes[out->f[k]].opnds[o], FJ_OP_COUNT);
+			if (od && scratch[node_of(g, od)])
+				return false;
+		}
+	for (uint32_t j = 0; j < g->nresults; j++) {
+		fj_vid v = g->results[j];
+		if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && (scratch[g->values[v].def] & 3) == 1)
+			return false;
+	}
 	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
 	return true;
 }

@@ -542,6 +542,33 @@ typedef struct fj_attn {
  * ignored); scratch: g->nnodes bytes. */
 bool fj_attn_match(const fj_graph *g, uint32_t mm2, const bool *live, uint8_t *scratch, fj_attn *out);
 
+/* The same pattern in a training forward that returns P besides (saves it
+ * for the backward): P may be a result of g; nothing else changes. */
+bool fj_attn_match_saved(const fj_graph *g, uint32_t mm2, uint8_t *scratch, fj_attn *out);
+
+/* The backward of attention, with the weights recomputed (what
+ * partition{attention=true} leaves in a training backward; what the bridge
+ * writes for the scaled-dot-product backwards): second-stage matmuls
+ * G = W_g V_g or W_g^T V_g (a transpose of the last two dims), each W_g
+ * computed pointwise, in the space W of the first stage's results, from
+ * first-stage matmuls F (the scores Q K^T, dP = dO V^T) and from values
+ * computed outside; rank 2 or 3, f32. Every value but the G's is used
+ * inside only. Matched from G0; ir/attention.c. */
+#define FJ_ATTN_BW_MAX_F 2
+#define FJ_ATTN_BW_MAX_G 4
+typedef struct fj_attn_bw {
+	uint32_t f[FJ_ATTN_BW_MAX_F], nf; /* first-stage matmuls (node indexes) */
+	uint32_t g[FJ_ATTN_BW_MAX_G], ng; /* second-stage matmuls, g[0] = G0 */
+	fj_vid gw[FJ_ATTN_BW_MAX_G];      /* W_g */
+	bool gt[FJ_ATTN_BW_MAX_G];        /* G reads W_g transposed (sums over W's rows) */
+	uint32_t nodes[FJ_ATTN_MAX_NODES]; /* every node of the pattern, ascending */
+	uint32_t nnodes;
+} fj_attn_bw;
+
+/* Does second-stage matmul g0 start such a pattern? live, scratch: as
+ * fj_attn_match's. */
+bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t *scratch, fj_attn_bw *out);
+
 /* ---- type inference (ir/infer.c) ---- */
 
 struct fj_infer {

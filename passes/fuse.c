@@ -1494,66 +1494,90 @@ static bool group_layout(const fuser *f, uint32_t d, const uint32_t *grp, uint32
 	return true;
 }
 
-/* Groups each attention pattern (ir/attention.c) into one solo region,
- * before the merging rounds: the two matmuls, the score chain and the
- * softmax, with the layout ops that only the group reads (Q, K and V
- * reshaped or transposed from other kernels' results, read in place) and
- * reshapes of the output (heads unfolded from the batch), so that neither
- * the scores nor the weights are ever written to memory. The schedule pass
- * names such a region `attention`. */
-static void group_attention(fuser *f, const bool *live)
+enum { ATT_CAP = FJ_ATTN_MAX_NODES + 32 };
+
+/* Makes nodes grp[0..n) (the pattern's, each still a region of its own)
+ * one solo region, with the layout ops that only the group reads (Q, K and
+ * V reshaped or transposed from other kernels' results, read in place; a
+ * row value broadcast back over the weights), to a fixed point: those of
+ * the matmuls and of each other, and with `all`, those of every member; and
+ * the reshapes of the results of outs[0..nouts) (heads unfolded from the
+ * batch), the only consumer each. False (nothing changed) when a node is
+ * taken. */
+static bool group_solo(fuser *f, uint32_t *grp, uint32_t n, bool all, const uint32_t *outs, uint32_t nouts)
 {
-	enum { CAP = FJ_ATTN_MAX_NODES + 32 };
 	fj_graph *g = f->g;
-	for (uint32_t i = 0; i < f->nn; i++) {
-		fj_attn at;
-		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
-		    !fj_attn_match(g, i, live, f->flag, &at))
-			continue;
-		uint32_t grp[CAP], n = 0;
-		bool ok = true;
-		for (uint32_t k = 0; k < at.nnodes && ok; k++) {
-			uint32_t x = at.nodes[k];
-			ok = (f->cls[x] == NC_FUSIBLE || f->cls[x] == NC_MATMUL) && f->parent[x] == x && f->next[x] == FJ_NONODE;
-			grp[n++] = x;
-		}
-		/* layout prologues of the matmuls (transitively), to a fixed point */
-		for (bool grew = ok; grew;) {
-			grew = false;
-			for (uint32_t k = 0; k < n && n < CAP; k++) {
-				const fj_node *x = &g->nodes[grp[k]];
-				if (x->op != FJ_OP_PRIMS_MATMUL && !(op_flags(f, grp[k]) & FJ_OPF_LAYOUT))
-					continue;
-				for (uint32_t o = 0; o < x->nopnds && n < CAP; o++) {
-					uint32_t d = def_node(g, x->opnds[o]);
-					bool have = false;
-					for (uint32_t j = 0; j < n && !have; j++)
-						have = grp[j] == d;
-					if (d != FJ_NONODE && !have && f->parent[d] == d && group_layout(f, d, grp, n)) {
-						grp[n++] = d;
-						grew = true;
-					}
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t x = grp[k];
+		if (!((f->cls[x] == NC_FUSIBLE || f->cls[x] == NC_MATMUL) && f->parent[x] == x && f->next[x] == FJ_NONODE))
+			return false;
+	}
+	for (bool grew = true; grew;) {
+		grew = false;
+		for (uint32_t k = 0; k < n && n < ATT_CAP; k++) {
+			const fj_node *x = &g->nodes[grp[k]];
+			if (!all && x->op != FJ_OP_PRIMS_MATMUL && !(op_flags(f, grp[k]) & FJ_OPF_LAYOUT))
+				continue;
+			for (uint32_t o = 0; o < x->nopnds && n < ATT_CAP; o++) {
+				uint32_t d = def_node(g, x->opnds[o]);
+				bool have = false;
+				for (uint32_t j = 0; j < n && !have; j++)
+					have = grp[j] == d;
+				if (d != FJ_NONODE && !have && f->parent[d] == d && group_layout(f, d, grp, n)) {
+					grp[n++] = d;
+					grew = true;
 				}
 			}
 		}
-		/* reshapes of the output, its only consumer each */
-		for (fj_vid o = g->nodes[i].res[0]; ok && n < CAP && !f->returned[o] && f->ustart[o + 1] == f->ustart[o] + 1;) {
+	}
+	for (uint32_t k = 0; k < nouts; k++)
+		for (fj_vid o = g->nodes[outs[k]].res[0];
+		     n < ATT_CAP && !f->returned[o] && f->ustart[o + 1] == f->ustart[o] + 1;) {
 			uint32_t c = f->ulist[f->ustart[o]];
 			if (g->nodes[c].op != FJ_OP_PRIMS_RESHAPE || f->cls[c] != NC_FUSIBLE || f->parent[c] != c)
 				break;
 			grp[n++] = c;
 			o = g->nodes[c].res[0];
 		}
-		if (!ok)
+	qsort(grp, n, sizeof *grp, cmp_u32);
+	uint32_t root = grp[0];
+	for (uint32_t k = 0; k < n; k++) {
+		f->parent[grp[k]] = root;
+		f->next[grp[k]] = k + 1 < n ? grp[k + 1] : FJ_NONODE;
+	}
+	f->head[root] = root;
+	f->rflags[root] = RF_SOLO;
+	return true;
+}
+
+/* Groups each attention pattern (ir/attention.c) into one solo region,
+ * before the merging rounds: the two matmuls, the score chain and the
+ * softmax (group_solo adds their layout prologues and the output's
+ * reshapes), so that neither the scores nor the weights are ever written
+ * to memory. Then each attention backward with its weights recomputed
+ * (fj_attn_bw_match): its first-stage matmuls, the weights' pointwise
+ * nodes and its second-stage matmuls (dQ, dK, dV), with the layout ops
+ * only they read. The schedule pass names such regions `attention` and
+ * `attention_bw`. */
+static void group_attention(fuser *f, const bool *live)
+{
+	fj_graph *g = f->g;
+	uint32_t grp[ATT_CAP];
+	for (uint32_t i = 0; i < f->nn; i++) {
+		fj_attn at;
+		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
+		    !fj_attn_match(g, i, live, f->flag, &at))
 			continue;
-		qsort(grp, n, sizeof *grp, cmp_u32);
-		uint32_t root = grp[0];
-		for (uint32_t k = 0; k < n; k++) {
-			f->parent[grp[k]] = root;
-			f->next[grp[k]] = k + 1 < n ? grp[k + 1] : FJ_NONODE;
-		}
-		f->head[root] = root;
-		f->rflags[root] = RF_SOLO;
+		memcpy(grp, at.nodes, at.nnodes * sizeof *grp);
+		group_solo(f, grp, at.nnodes, false, &i, 1);
+	}
+	for (uint32_t i = 0; i < f->nn; i++) {
+		fj_attn_bw ab;
+		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
+		    !fj_attn_bw_match(g, i, live, f->flag, &ab))
+			continue;
+		memcpy(grp, ab.nodes, ab.nnodes * sizeof *grp);
+		group_solo(f, grp, ab.nnodes, true, ab.g, ab.ng);
 	}
 }
 

@@ -3,8 +3,12 @@
  * (block sizes, vector width, how many rows per block, when a persistent row
  * spills to several passes) are chosen by the backends from the sizes at run
  * time; this pass only names the shape, from the region's content:
- *   attention  a region holding two prims.matmul (fuse{attention=true}
- *            groups softmax(f(Q K)) V so: ir/attention.c);
+ *   attention  a region holding two prims.matmul and reductions
+ *            (fuse{attention=true} groups softmax(f(Q K)) V so:
+ *            ir/attention.c);
+ *   attention_bw  a region holding several prims.matmul and no reduction
+ *            (fuse{attention=true} groups an attention backward that
+ *            recomputes its weights so: fj_attn_bw_match);
  *   matmul / take / gather / scatter / scan   a region holding prims.matmul
  *            (with its pointwise epilogue), take, gather, scatter_add or
  *            index_add, cumsum;
@@ -37,10 +41,13 @@ static const char *pick(const fj_graph *b, uint8_t *rd)
 	const fj_type *d = NULL;
 	uint32_t kmask = 0, nmm = 0;
 	bool persistent = false, transpose = false, two = false;
-	for (uint32_t i = 0; i < b->nnodes; i++)
+	bool red = false;
+	for (uint32_t i = 0; i < b->nnodes; i++) {
 		nmm += b->nodes[i].op == FJ_OP_PRIMS_MATMUL;
+		red |= (fj_op_info(ctx, b->nodes[i].op)->flags & FJ_OPF_REDUCTION) != 0;
+	}
 	if (nmm)
-		return nmm > 1 ? "attention" : "matmul";
+		return nmm == 1 ? "matmul" : red ? "attention" : "attention_bw";
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		switch (n->op) {

@@ -252,10 +252,15 @@ class _Attention:
             w = self.dropout(w, p, seed, off)
         return e.op("aten.matmul", [w, self.v]), lse, w
 
-    def backward(self, go, lse, p=0.0, seed=None, off=None):
+    def backward(self, go, lse, p=0.0, seed=None, off=None, out=None):
         """(dq, dk, dv, dS) in the compute dtype, dk and dv summed over each key head's
-        query heads; dS is the gradient of the masked scores (an additive bias's)."""
+        query heads; dS is the gradient of the masked scores (an additive bias's).
+        With the forward's output `out`, the rows' sum(dW * W) is FlashAttention-2's
+        sum(dO * O) (equal: dW = dO V^T and O = W V, dropout's mask and scale in
+        both): the weights are then needed only where the matmuls read them, and
+        fuse{attention=true} makes the backward one kernel (fj_attn_bw_match)."""
         e = self.e
+        go_in = go
         go = self.cvt(self.conv.operand(go, self.what))
         w = e.op("aten.exp", [e.op("aten.sub", [self.s, e.op("aten.unsqueeze", [lse], {"dim": -1})])])
         wd = self.dropout(w, p, seed, off) if p > 0 else w
@@ -263,7 +268,12 @@ class _Attention:
         dw = e.op("aten.matmul", [go, self.t(self.v)])
         if p > 0:
             dw = self.dropout(dw, p, seed, off)
-        dd = e.op("aten.sum", [e.op("aten.mul", [dw, w])], {"dims": [-1], "keepdim": True})
+        if isinstance(out, torch.fx.Node) and isinstance(go_in, torch.fx.Node) and \
+                _shape(self.conv, out)[1] == _shape(self.conv, go_in)[1]:
+            o = self.cvt(self.conv.operand(out, self.what))
+            dd = e.op("aten.sum", [e.op("aten.mul", [go, o])], {"dims": [-1], "keepdim": True})
+        else:
+            dd = e.op("aten.sum", [e.op("aten.mul", [dw, w])], {"dims": [-1], "keepdim": True})
         ds = e.op("aten.mul", [w, e.op("aten.sub", [dw, dd])])
         dss = e.op("aten.mul", [ds, fmt_number(self.scale)])
         dq = e.op("aten.matmul", [dss, self.k])
@@ -373,7 +383,7 @@ def sdpa_flash_cpu_backward(conv, n, b):
     if b.get("dropout_p"):
         raise _unsupported("_scaled_dot_product_flash_attention_for_cpu_backward with dropout_p > 0")
     a = _Attention(conv, n, b, "attention backward", b.get("attn_mask"))
-    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L))
+    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), out=b.get("out"))
     conv.names[n] = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
     return a.e.lines
 
@@ -398,7 +408,7 @@ def sdpa_flash_backward(conv, n, b):
     what = "_scaled_dot_product_flash_attention_backward"
     a = _Attention(conv, n, b, what, causal="bottom_right")
     p, seed, off = _seed_operands(a, b, what, pair=True)
-    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+    dq, dk, dv, _ = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off, out=b.get("out"))
     conv.names[n] = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
     return a.e.lines
 
@@ -432,7 +442,7 @@ def sdpa_efficient_backward(conv, n, b):
     b = dict(b, grad_out=b["grad_out_"])
     a = _Attention(conv, n, b, what, b.get("attn_bias"))
     p, seed, off = _seed_operands(a, b, what)
-    dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+    dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off, out=b.get("out"))
     r = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
     mask = list(b.get("grad_input_mask") or [True] * 4)
     r.append(a.reduce_to(ds, b["attn_bias"], _out(n, 3)) if b.get("attn_bias") is not None and mask[3] else None)
@@ -460,7 +470,7 @@ def _sdpa_cudnn_like_backward(what, bias_grad):
     def rule(conv, n, b):
         a = _Attention(conv, n, b, what, b.get("attn_bias"))
         p, seed, off = _seed_operands(a, b, what)
-        dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off)
+        dq, dk, dv, ds = a.backward(b["grad_out"], a.lse_in(b["logsumexp"], a.L), p, seed, off, out=b.get("out"))
         r = [a.result(x, _out(n, k)) for k, x in enumerate((dq, dk, dv))]
         if bias_grad:
             r.append(a.reduce_to(ds, b["attn_bias"], _out(n, 3)) if b.get("attn_bias") is not None else None)
