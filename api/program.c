@@ -128,11 +128,17 @@ void fj_compile_options_init(fj_compile_options *o)
 
 /* The executors' default pipelines. The host and aten executors run the
  * per-op kernels of runtime/program.c; once the fused host executor runs
- * fusion.kernel regions, host becomes IR.md §5's `default` / `train`. */
+ * fusion.kernel regions, host becomes IR.md §5's `default` / `train`. The
+ * host's training forward saves an attention's logsumexp instead of its
+ * weights (partition{attention=true}): its fused backward recomputes them
+ * (the attention_bw region); the others keep the weights. */
 static const char *default_pipeline(fj_executor ex, bool training)
 {
-	(void)ex;
-	return training ? "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition" : "verify";
+	if (!training)
+		return "verify";
+	return ex == FJ_EXECUTOR_HOST
+	           ? "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition{attention=true}"
+	           : "verify,decompose,canonicalize,autodiff,canonicalize,recompute,partition";
 }
 
 /* ---- the nvptx device ---- */

@@ -39,6 +39,9 @@
  *     bench/partition table saves no more than functorch on any function.
  *   - the saved set is the cut (v_in on the source side, v_out not), minus
  *     the values the extracted backward does not use.
+ * {attention=true} then rewrites the pair so that an attention whose softmax
+ * weights the forward saves saves their row logsumexp and O instead, the
+ * backward recomputing the weights (partition_attention.c).
  * Graph extraction: the forward computes the ancestors of its outputs and of
  * the saved values; the backward the ancestors of the gradients, stopping at
  * saved values and tangents. Both copy nodes in the joint's order, keeping
@@ -54,6 +57,7 @@
 #include <string.h>
 
 #include "passes/maxflow.h"
+#include "passes/partition.h"
 #include "passes/pass.h"
 #include "passes/rebuild.h"
 #include "passes/recompute.h"
@@ -520,7 +524,7 @@ static int cmp_mono(const void *a, const void *b)
 	return 0;
 }
 
-static void format_bytes(part *p, const fj_vid *saved, uint32_t n, char *buf, size_t size)
+static void format_bytes(part *p, const fj_graph *g, const fj_vid *saved, uint32_t n, char *buf, size_t size)
 {
 	mono ms[64];
 	uint32_t nm = 0;
@@ -528,7 +532,7 @@ static void format_bytes(part *p, const fj_vid *saved, uint32_t n, char *buf, si
 	bool exact = true;
 	double est = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		const fj_type *t = &p->j->values[saved[i]].type;
+		const fj_type *t = &g->values[saved[i]].type;
 		int64_t es = fj_dtype_size(t->dtype);
 		est += fj_type_bytes_est(p->m, t);
 		fj_dim d;
@@ -575,7 +579,7 @@ static void format_bytes(part *p, const fj_vid *saved, uint32_t n, char *buf, si
 
 /* ---- the pass ---- */
 
-static fj_status partition_graph(fj_pass_run *r, uint32_t gi, bool use_mincut)
+static fj_status partition_graph(fj_pass_run *r, uint32_t gi, bool use_mincut, bool attention)
 {
 	fj_module *m = r->m;
 	fj_graph *j = m->graphs[gi];
@@ -626,10 +630,16 @@ static fj_status partition_graph(fj_pass_run *r, uint32_t gi, bool use_mincut)
 	uint32_t nsaved = saved_list(&p, saved);
 	if ((st = extract(&p, saved, nsaved, &fw, &bw)) != FJ_OK)
 		goto done;
+	uint32_t found = 0, rewritten = 0;
+	if (attention && (st = fj_pass_partition_attention(&fw, &bw, &found, &rewritten)) != FJ_OK)
+		goto done;
 	if (r->stats) {
 		char b[512];
-		format_bytes(&p, saved, nsaved, b, sizeof b);
-		fj_pass_stat(r, "partition @%s: saved: %u values, %s bytes", j->name, nsaved, b);
+		uint32_t K = (uint32_t)fw->num_fwd_outputs;
+		format_bytes(&p, fw, fw->results + K, fw->nresults - K, b, sizeof b);
+		fj_pass_stat(r, "partition @%s: saved: %u values, %s bytes", j->name, fw->nresults - K, b);
+		if (found)
+			fj_pass_stat(r, "partition @%s: attention: %u of %u save the logsumexp", j->name, rewritten, found);
 	}
 	fj_module_remove_graph(m, gi);
 	st = fj_module_insert_graph(m, gi, fw);
@@ -660,9 +670,10 @@ done:
 fj_status fj_pass_partition(fj_pass_run *r)
 {
 	bool use_mincut = strcmp(fj_pass_opt_str(r, "mode"), "default") != 0;
+	bool attention = fj_pass_opt_bool(r, "attention");
 	fj_status st = FJ_OK;
 	for (uint32_t i = 0; i < r->m->ngraphs && st == FJ_OK; i++)
 		if (fj_is_joint_graph(r->m->graphs[i]))
-			st = partition_graph(r, i, use_mincut);
+			st = partition_graph(r, i, use_mincut, attention);
 	return st;
 }

@@ -1,6 +1,10 @@
 /* test_passmgr.c -- the pass manager (pipeline strings, options, named
- * pipelines, every pass available, instrumentation) and the IR builder's
- * sticky errors. */
+ * pipelines, every pass available, instrumentation), the IR builder's
+ * sticky errors, and a pass option that needs a run to test:
+ * partition{attention=true} (its forward's pattern, its gradients). */
+#include <math.h>
+#include <stdio.h>
+
 #include "test.h"
 
 #include "build.h"
@@ -312,6 +316,191 @@ START_TEST(test_pipeline_oom)
 }
 END_TEST
 
+/* ---- partition{attention=true} ---- */
+
+/* A causal, scaled attention of 24 queries over 20 keys in 2 batches. */
+static const char attn_src[] =
+	"graph @a(%q: f32[2,24,8], %k: f32[2,20,8], %v: f32[2,20,6]) {\n"
+	"  %kt = aten.transpose(%k) {dim0=1, dim1=2}\n"
+	"  %s = aten.bmm(%q, %kt)\n"
+	"  %sc = aten.mul(%s, 0.7)\n"
+	"  %rows = aten.arange() {end=24, dtype=i64}\n"
+	"  %cols = aten.arange() {end=20, dtype=i64}\n"
+	"  %r1 = aten.unsqueeze(%rows) {dim=1}\n"
+	"  %keep = aten.le(%cols, %r1)\n"
+	"  %w = aten.where(%keep, %sc, -inf)\n"
+	"  %p = aten._softmax(%w) {dim=-1}\n"
+	"  %o = aten.bmm(%p, %v)\n"
+	"  return %o\n"
+	"}\n";
+#define ATTN_TRAIN "verify,decompose,canonicalize,autodiff,canonicalize,recompute"
+#define ATTN_PIPELINE ATTN_TRAIN ",partition{attention=true}"
+
+static fj_module *attn_module(fj_context *c)
+{
+	fj_module *m = NULL;
+	fj_status st = fj_module_parse(c, attn_src, strlen(attn_src), "attn.fj", &m);
+	ck_assert_msg(st == FJ_OK, "%s", fj_context_error(c));
+	return m;
+}
+
+/* The forward saves the logsumexp f32[2,24] and O, not P f32[2,24,20]; its
+ * attention then matches with the logsumexp beside it, as the fuse pass
+ * needs to make it one region. */
+START_TEST(test_partition_attention_forward)
+{
+	fj_module *m = attn_module(ctx);
+	ck_assert_msg(fj_module_run_pipeline(ctx, m, ATTN_PIPELINE) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_graph *fw = fj_module_find_graph(m, "a.fw"), *bw = fj_module_find_graph(m, "a.bw");
+	ck_assert_ptr_nonnull(fw);
+	ck_assert_ptr_nonnull(bw);
+	uint32_t K = (uint32_t)fw->num_fwd_outputs, nlse = 0, no = 0;
+	for (uint32_t i = K; i < fw->nresults; i++) {
+		const fj_type *t = &fw->values[fw->results[i]].type;
+		ck_assert_msg(!(t->rank == 3 && t->dims[2] == 20), "the forward still saves P");
+		nlse += t->rank == 2 && t->dims[0] == 2 && t->dims[1] == 24;
+		no += fw->results[i] == fw->results[0];
+		/* the backward's parameters: the saved values, in order */
+		ck_assert(fj_type_equal(t, &bw->values[bw->params[i - K]].type));
+	}
+	ck_assert_uint_eq(nlse, 1);
+	ck_assert_uint_eq(no, 1);
+	ck_assert_uint_eq(bw->nparams, fw->nresults - K + 1);
+	uint8_t *scratch = calloc(fw->nnodes, 1);
+	uint32_t matched = 0;
+	for (uint32_t ni = 0; ni < fw->nnodes; ni++) {
+		fj_attn am;
+		if (fw->nodes[ni].op != FJ_OP_PRIMS_MATMUL || !fj_attn_match(fw, ni, NULL, scratch, &am))
+			continue;
+		ck_assert_uint_ne(am.sum2, FJ_NONODE);
+		matched++;
+	}
+	ck_assert_uint_eq(matched, 1);
+	free(scratch);
+	fj_module_destroy(m);
+}
+END_TEST
+
+static void fill(float *x, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		x[i] = (float)((seed >> 8) * (2.0 / 16777216.0) - 1.0);
+	}
+}
+
+static fj_tensor tensor3(float *data, int64_t d0, int64_t d1, int64_t d2)
+{
+	fj_tensor t;
+	fj_tensor_init(&t);
+	t.data = data;
+	t.dtype = FJ_TYPE_F32;
+	t.rank = 3;
+	t.sizes[0] = d0;
+	t.sizes[1] = d1;
+	t.sizes[2] = d2;
+	return t;
+}
+
+enum { AQ = 2 * 24 * 8, AK = 2 * 20 * 8, AV = 2 * 20 * 6, AO = 2 * 24 * 6 };
+typedef struct attn_run {
+	float o[AO], gq[AQ], gk[AK], gv[AV];
+	size_t saved_bytes;
+} attn_run;
+
+/* Trains @a once (forward, backward) on fixed inputs and tangent. */
+static void attn_train(fj_executor ex, const char *pipeline, attn_run *r)
+{
+	fj_module *m = attn_module(ctx);
+	fj_compile_options co;
+	fj_compile_options_init(&co);
+	co.executor = ex;
+	co.training = 1;
+	co.pipeline = pipeline;
+	fj_program *p = NULL;
+	fj_status st = fj_compile(ctx, m, &co, &p);
+	ck_assert_msg(st == FJ_OK, "%s: %s", pipeline ? pipeline : "default", fj_context_error(ctx));
+	fj_module_destroy(m);
+	static float q[AQ], k[AK], v[AV], t[AO];
+	fill(q, AQ, 1);
+	fill(k, AK, 2);
+	fill(v, AV, 3);
+	fill(t, AO, 4);
+	fj_tensor in[3] = {tensor3(q, 2, 24, 8), tensor3(k, 2, 20, 8), tensor3(v, 2, 20, 6)};
+	fj_tensor out = tensor3(r->o, 2, 24, 6), tan = tensor3(t, 2, 24, 6);
+	fj_tensor g[3] = {tensor3(r->gq, 2, 24, 8), tensor3(r->gk, 2, 20, 8), tensor3(r->gv, 2, 20, 6)};
+	fj_saved *sv = NULL;
+	ck_assert_msg(fj_program_forward(p, in, 3, &out, 1, &sv) == FJ_OK, "%s", fj_context_error(ctx));
+	r->saved_bytes = fj_saved_bytes(sv);
+	ck_assert_msg(fj_program_backward(p, sv, &tan, 1, g, 3) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_saved_destroy(sv);
+	fj_program_destroy(p);
+}
+
+static double rel_err(const float *x, const float *ref, size_t n)
+{
+	double d = 0, s = 0;
+	for (size_t i = 0; i < n; i++) {
+		d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
+		s += (double)ref[i] * ref[i];
+	}
+	return sqrt(d / (s > 0 ? s : 1));
+}
+
+static void attn_compare(const attn_run *a, const attn_run *ref, double tol, const char *what)
+{
+	const struct {
+		const char *name;
+		const float *x, *r;
+		size_t n;
+	} v[] = {{"o", a->o, ref->o, AO}, {"grad_q", a->gq, ref->gq, AQ}, {"grad_k", a->gk, ref->gk, AK},
+	         {"grad_v", a->gv, ref->gv, AV}};
+	for (size_t i = 0; i < FJ_ARRAY_LEN(v); i++) {
+		double e = rel_err(v[i].x, v[i].r, v[i].n);
+		ck_assert_msg(e < tol, "%s: %s: relative error %g", what, v[i].name, e);
+	}
+}
+
+/* The gradients of the rewritten pair are the default split's, on aten and
+ * on the host with the forward fused into one flash-attention kernel; the
+ * forward saves O and the logsumexp instead of P. */
+START_TEST(test_partition_attention_gradients)
+{
+	static attn_run ref, a, h;
+	attn_train(FJ_EXECUTOR_ATEN, NULL, &ref);
+	attn_train(FJ_EXECUTOR_ATEN, ATTN_PIPELINE, &a);
+	attn_compare(&a, &ref, 1e-5, "aten");
+	/* q, k, v and O, the logsumexp, instead of q, k, v and P */
+	ck_assert_uint_eq(ref.saved_bytes, (AQ + AK + AV + 2 * 24 * 20) * sizeof(float));
+	ck_assert_uint_eq(a.saved_bytes, (AQ + AK + AV + AO + 2 * 24) * sizeof(float));
+	attn_train(FJ_EXECUTOR_HOST, ATTN_PIPELINE ",fuse{attention=true},schedule", &h);
+	attn_compare(&h, &ref, 1e-5, "host, fused");
+}
+END_TEST
+
+/* Out of memory at every allocation of the rewrite: an error, never a
+ * crash or a leak. */
+START_TEST(test_partition_attention_oom)
+{
+	bool done = false;
+	for (long n = 1; n < 20000 && !done; n++) {
+		fj_test_alloc a = {0, 0, 0};
+		fj_context *c = fj_context_create(fj_test_alloc_fn, &a);
+		ck_assert_ptr_nonnull(c);
+		fj_module *m = attn_module(c);
+		ck_assert_int_eq(fj_module_run_pipeline(c, m, ATTN_TRAIN), FJ_OK);
+		a.fail_at = a.count + n;
+		fj_status st = fj_module_run_pipeline(c, m, "partition{attention=true}");
+		ck_assert_msg(st == FJ_OK || st == FJ_ERR_NOMEM, "%d: %s", (int)st, fj_context_error(c));
+		done = st == FJ_OK;
+		fj_module_destroy(m);
+		fj_context_destroy(c);
+		ck_assert_uint_eq(a.live, 0);
+	}
+	ck_assert(done);
+}
+END_TEST
+
 Suite *suite_passmgr(void)
 {
 	Suite *s = suite_create("passmgr");
@@ -325,6 +514,9 @@ Suite *suite_passmgr(void)
 	tcase_add_test(tc, test_instrumentation);
 	tcase_add_test(tc, test_builder);
 	tcase_add_test(tc, test_pipeline_oom);
+	tcase_add_test(tc, test_partition_attention_forward);
+	tcase_add_test(tc, test_partition_attention_gradients);
+	tcase_add_test(tc, test_partition_attention_oom);
 	suite_add_tcase(s, tc);
 	return s;
 }
