@@ -31,7 +31,11 @@
  *   per (j, i): every W_g, F bound to Ft_f[j][i], kept in Wt (0 past the
  *       block's rows and columns);
  *   column G: Ac_g += Wt rows x Yp_g rows i0..; row G: Ac_g rows i0.. +=
- *       Wt^T x Yp_g rows j0.. (the micro-kernel again);
+ *       Wt^T x Yp_g rows j0.. (the micro-kernel again), left out when every
+ *       weight of W_g in the block is exactly 0 (a causal mask's blocks
+ *       past the diagonal) and the block's rows of Y_g are finite (yfin,
+ *       noted when Y_g is packed: only a non-finite Y makes 0 x Y anything
+ *       but nothing);
  * after the block of keys, each column G's rows j0.. are stored through the
  * region's epilogue (the results computed from that G); after the batch,
  * each row G's. Empty dims give zeros (a sum of nothing).
@@ -61,6 +65,8 @@ typedef struct bwt {
 	LLVMValueRef dg[FJ_ATTN_BW_MAX_G], gpan[FJ_ATTN_BW_MAX_G], yp[FJ_ATTN_BW_MAX_G], ac[FJ_ATTN_BW_MAX_G];
 	fj_vid w[FJ_ATTN_BW_MAX_G]; /* the distinct W values */
 	LLVMValueRef wt[FJ_ATTN_BW_MAX_G];
+	LLVMValueRef wlive[FJ_ATTN_BW_MAX_G]; /* variables (i8): a weight of the block is not 0 */
+	LLVMValueRef yfin[FJ_ATTN_BW_MAX_G];  /* per G, per block of Y's rows: every element finite (i8) */
 	int nw, gwi[FJ_ATTN_BW_MAX_G]; /* G g reads wt[gwi[g]] */
 	int res_g[MAXOUT]; /* the G each result is computed from */
 } bwt;
@@ -138,6 +144,31 @@ static void zero_fill(bwt *t, LLVMValueRef p, LLVMValueRef n)
 	fj_cg_loop_end(t->cg, &l);
 }
 
+/* yfin[g][blk]: is every element of Yp_g's rows [blk * bs, (blk + 1) *
+ * bs) finite? (a block of zero weights then adds exactly nothing: see
+ * batch) */
+static void y_finite(bwt *t, uint32_t g, LLVMValueRef rowsp, int64_t bs)
+{
+	fj_cg *cg = t->cg;
+	fj_cg_loop lb, lp, le;
+	fj_cg_loop_begin(cg, &lb, k64(t, 0), LLVMBuildUDiv(BB, rowsp, k64(t, bs), ""), "yblk");
+	LLVMValueRef fin = fj_cg_var(cg, cg->t_i8, NULL, "yfin");
+	fj_cg_set(cg, fin, LLVMConstInt(cg->t_i8, 1, 0));
+	fj_cg_loop_begin(cg, &lp, k64(t, 0), t->gpan[g], "ypan");
+	LLVMValueRef base = mul(t, add(t, mul(t, lp.iv, rowsp), mul(t, lb.iv, k64(t, bs))), k64(t, t->nr));
+	fj_cg_loop_begin(cg, &le, k64(t, 0), k64(t, bs * t->nr), "yel");
+	LLVMValueRef x = ld(t, at(t, t->yp[g], add(t, base, le.iv)));
+	/* finite: x - x == 0 (inf - inf and NaN are NaN) */
+	LLVMValueRef fx = LLVMBuildFCmp(BB, LLVMRealOEQ, LLVMBuildFSub(BB, x, x, ""), zero(t), "");
+	fj_cg_set(cg, fin, LLVMBuildSelect(BB, fx, fj_cg_get(cg, fin, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), ""));
+	fj_cg_loop_end(cg, &le);
+	fj_cg_loop_hints(cg, &le, t->uf.w, IL);
+	fj_cg_loop_end(cg, &lp);
+	LLVMSetAlignment(LLVMBuildStore(BB, fj_cg_get(cg, fin, cg->t_i8),
+	                                LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->yfin[g], &lb.iv, 1, "")), 1);
+	fj_cg_loop_end(cg, &lb);
+}
+
 /* The packed operands of batch b, and the row G's accumulators zeroed. */
 static void pack_batch(bwt *t, LLVMValueRef b)
 {
@@ -154,6 +185,7 @@ static void pack_batch(bwt *t, LLVMValueRef b)
 		LLVMValueRef rows = col ? t->M : t->N, rowsp = col ? t->Mp : t->Np;
 		/* a = Y's column c (over Dg), k = Y's row */
 		pack(t, n->opnds[1], true, b, t->yp[g], t->nr, t->dg[g], mul(t, t->gpan[g], k64(t, t->nr)), rows, rowsp);
+		y_finite(t, g, rowsp, col ? t->qb : KB);
 		if (!col)
 			zero_fill(t, t->ac[g], mul(t, mul(t, t->gpan[g], t->Mp), k64(t, t->nr)));
 	}
@@ -171,6 +203,8 @@ static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueR
 	fj_rg *r = t->r;
 	const fj_graph *body = t->h->body;
 	LLVMValueRef mlast = LLVMBuildNSWSub(BB, t->M, k64(t, 1), "");
+	for (int w = 0; w < t->nw; w++)
+		fj_cg_set(cg, t->wlive[w], LLVMConstInt(cg->t_i8, 0, 0));
 	fj_cg_loop lj, li;
 	fj_cg_loop_begin(cg, &lj, k64(t, 0), klen, "wj");
 	fj_rg_scope_push(r);
@@ -189,8 +223,12 @@ static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueR
 	fj_rg_point p;
 	fj_rg_point_idx(&p, t->xrank, idx);
 	p.lin = add(t, mul(t, add(t, mul(t, b, t->M), i), t->N), j);
-	for (int w = 0; w < t->nw; w++)
-		st(t, at(t, t->wt[w], off), LLVMBuildSelect(BB, ok, fj_rg_eval_as(r, t->w[w], &p, FJ_DT_F32), zero(t), ""));
+	for (int w = 0; w < t->nw; w++) {
+		LLVMValueRef x = LLVMBuildSelect(BB, ok, fj_rg_eval_as(r, t->w[w], &p, FJ_DT_F32), zero(t), "");
+		st(t, at(t, t->wt[w], off), x);
+		LLVMValueRef nz = LLVMBuildFCmp(BB, LLVMRealUNE, x, zero(t), ""); /* NaN too */
+		fj_cg_set(cg, t->wlive[w], LLVMBuildSelect(BB, nz, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->wlive[w], cg->t_i8), ""));
+	}
 	for (uint32_t f = 0; f < t->m.nf; f++)
 		fj_rg_bind(r, body->nodes[t->m.f[f]].res[0], NULL);
 	fj_rg_scope_pop(r);
@@ -290,6 +328,14 @@ static void batch(bwt *t, LLVMValueRef b)
 	}
 	weights(t, lead, b, j0, klen, i0);
 	for (uint32_t g = 0; g < t->m.ng; g++) {
+		/* left out when every weight of the block is exactly 0 (a causal
+		 * mask's blocks above the diagonal) and Y's rows there are finite */
+		LLVMValueRef yb = t->m.gt[g] ? LLVMBuildUDiv(BB, i0, k64(t, t->qb), "") : LLVMBuildUDiv(BB, j0, k64(t, KB), "");
+		LLVMValueRef yf = LLVMBuildLoad2(BB, cg->t_i8, LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->yfin[g], &yb, 1, ""), "");
+		LLVMValueRef need = LLVMBuildOr(BB, LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->wlive[t->gwi[g]], cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), ""),
+		                                LLVMBuildICmp(BB, LLVMIntEQ, yf, LLVMConstInt(cg->t_i8, 0, 0), ""), "");
+		fj_cg_if gi;
+		fj_cg_if_begin(cg, &gi, need);
 		LLVMValueRef wt = t->wt[t->gwi[g]];
 		fj_cg_loop lp, lr;
 		fj_cg_loop_begin(cg, &lp, k64(t, 0), t->gpan[g], "gpan");
@@ -308,6 +354,7 @@ static void batch(bwt *t, LLVMValueRef b)
 		}
 		fj_cg_loop_end(cg, &lr);
 		fj_cg_loop_end(cg, &lp);
+		fj_cg_if_end(cg, &gi);
 	}
 	fj_cg_loop_end(cg, &lq);
 	for (uint32_t g = 0; g < t->m.ng; g++)
@@ -366,9 +413,17 @@ static LLVMValueRef alloc_block(bwt *t)
 		offs[i] = off;
 		off = add(t, off, parts[i]);
 	}
-	LLVMValueRef blk = fj_rg_aligned_alloc(t->cg, mul(t, off, k64(t, 4)));
+	/* then the finiteness flags, a byte per block of each Y's rows */
+	LLVMValueRef bytes = mul(t, off, k64(t, 4)), fo[FJ_ATTN_BW_MAX_G];
+	for (uint32_t g = 0; g < t->m.ng; g++) {
+		fo[g] = bytes;
+		bytes = add(t, bytes, t->m.gt[g] ? LLVMBuildUDiv(BB, t->Mp, k64(t, t->qb), "") : LLVMBuildUDiv(BB, t->Np, k64(t, KB), ""));
+	}
+	LLVMValueRef blk = fj_rg_aligned_alloc(t->cg, bytes);
 	for (int i = 0; i < n; i++)
 		*dst[i] = at(t, blk, offs[i]);
+	for (uint32_t g = 0; g < t->m.ng; g++)
+		t->yfin[g] = LLVMBuildInBoundsGEP2(BB, t->cg->t_i8, blk, &fo[g], 1, "");
 	return blk;
 }
 
@@ -402,6 +457,8 @@ fj_status fj_rh_tpl_attention_bw(hctx *h)
 			t->w[t->nw++] = t->m.gw[g];
 		t->gwi[g] = w;
 	}
+	for (int w = 0; w < t->nw; w++)
+		t->wlive[w] = fj_cg_var(cg, cg->t_i8, NULL, "wlive");
 	fj_vid wv = t->m.gw[0];
 	t->rank = vrank(h, body->nodes[t->m.g[0]].res[0]);
 	t->xrank = vrank(h, wv);
