@@ -31,7 +31,9 @@
  *   - transpose of the last two dims of a matmul used nowhere else ->
  *     matmul(B^T, A^T) (transpose_matmul): the backward's weight gradient
  *     transpose(X^T dY) becomes dY^T X, whose transposed operands the
- *     matmul kernels read in place, so no transpose kernel is left.
+ *     matmul kernels read in place, so no transpose kernel is left; also
+ *     through a reshape that regroups the batch dims only (4-D heads
+ *     folded into a rank-3 matmul's batch): reshape(matmul(B^T, A^T)).
  * Values used by a fusion.kernel are pinned (copied as they are), so a
  * kernel's operands keep their names; bodies are left alone.
  *
@@ -480,42 +482,77 @@ static int push_gather(canon *c, const fj_node *n, spec *s)
 	return SPEC;
 }
 
+/* The perm of a transpose of the last two of `rank` dims. */
+static void swap_last_perm(int64_t *perm, int rank)
+{
+	for (int k = 0; k < rank; k++)
+		perm[k] = k < rank - 2 ? k : 2 * rank - 3 - k;
+}
+
 /* transpose(matmul(A, B)){perm swaps the last two dims} -> matmul(B^T, A^T)
  * (B^T, A^T: transposes of the last two dims, which compose with transposes
  * A or B may already be, on the next sweep). Only when the matmul's result
  * has no other use (else two matmuls would run) and A, B have the result's
  * rank (no batch broadcast). Each C[.., j, i] sums the same products in the
- * same order, so results are unchanged. */
+ * same order, so results are unchanged. A reshape between them that only
+ * regroups the batch dims (the last two kept: heads folded into a rank-3
+ * matmul's batch) stays, its last two dims swapped:
+ * transpose(reshape(matmul(A, B))) -> reshape(matmul(B^T, A^T)), when
+ * nothing else reads the reshape or the matmul either. */
 static int transpose_matmul(canon *c, const fj_node *n, spec *s)
 {
 	fj_vid a = s->opnds[0];
-	const fj_node *mn = def(c, a);
+	fj_vid oa = n->opnds[0]; /* the old value the matmul's result stands for */
+	const fj_node *mn = def(c, a), *rn = NULL;
 	const fj_attr *p = attr_eff(c, n->op, s->attrs, "perm");
+	const fj_graph *og = c->rb.old;
 	int rank = ty(c, a)->rank;
-	if (!mn || mn->op != FJ_OP_PRIMS_MATMUL || mn->nograd || mn->nres != 1 || c->nuse[n->opnds[0]] != 1 || rank < 2 ||
+	if (mn && mn->op == FJ_OP_PRIMS_RESHAPE && !mn->nograd && c->nuse[oa] == 1 &&
+	    og->values[oa].kind == FJ_VK_RESULT) {
+		const fj_node *orn = &og->nodes[og->values[oa].def];
+		if (orn->op == FJ_OP_PRIMS_RESHAPE && c->rb.map[orn->opnds[0]] == mn->opnds[0]) {
+			rn = mn;
+			oa = orn->opnds[0];
+			mn = def(c, rn->opnds[0]);
+		}
+	}
+	if (!mn || mn->op != FJ_OP_PRIMS_MATMUL || mn->nograd || mn->nres != 1 || c->nuse[oa] != 1 || rank < 2 ||
 	    p->n != (uint32_t)rank)
 		return NONE;
 	int64_t perm[FJ_MAX_RANK];
-	for (int k = 0; k < rank; k++) {
-		perm[k] = k < rank - 2 ? k : 2 * rank - 3 - k;
+	swap_last_perm(perm, rank);
+	for (int k = 0; k < rank; k++)
 		if (fj_attr_as_int(&p->u.items[k]) != perm[k])
 			return NONE;
-	}
+	const fj_type *mt = ty(c, mn->res[0]), *at = ty(c, a);
+	int mr = mt->rank;
+	if (rn && (mr < 2 || mt->dims[mr - 2] != at->dims[rank - 2] || mt->dims[mr - 1] != at->dims[rank - 1]))
+		return NONE;
 	fj_vid x = mn->opnds[0], y = mn->opnds[1];
-	if (ty(c, x)->rank != rank || ty(c, y)->rank != rank)
+	if (ty(c, x)->rank != mr || ty(c, y)->rank != mr)
 		return NONE;
 	fj_builder b;
 	fj_builder_init(&b, G(c), n->loc);
 	uint32_t n0 = G(c)->nnodes;
-	fj_named_attr pa = {"perm", fj_attr_ints(G(c), perm, (uint32_t)rank)};
+	swap_last_perm(perm, mr);
+	fj_named_attr pa = {"perm", fj_attr_ints(G(c), perm, (uint32_t)mr)};
 	fj_vid yt = fj_b_op1(&b, FJ_OP_PRIMS_TRANSPOSE, &y, 1, &pa, 1);
 	fj_vid xt = fj_b_op1(&b, FJ_OP_PRIMS_TRANSPOSE, &x, 1, &pa, 1);
-	if (fj_b_status(&b) != FJ_OK || fj_pass_rebuild_name_from(&c->rb, n0, c->rb.old->values[n->res[0]].name, "_t") != FJ_OK)
+	fj_vid mm = rn ? fj_b_op1(&b, FJ_OP_PRIMS_MATMUL, (fj_vid[]){yt, xt}, 2, NULL, 0) : FJ_NOVAL;
+	if (fj_b_status(&b) != FJ_OK || fj_pass_rebuild_name_from(&c->rb, n0, og->values[n->res[0]].name, "_t") != FJ_OK)
 		return NONE; /* the built nodes are dead: the next sweep drops them */
-	s->op = FJ_OP_PRIMS_MATMUL;
-	s->nopnds = 2;
-	s->opnds[0] = yt;
-	s->opnds[1] = xt;
+	if (rn) {
+		const fj_type *rt = &og->values[n->res[0]].type;
+		s->op = FJ_OP_PRIMS_RESHAPE;
+		s->nopnds = 1;
+		s->opnds[0] = mm;
+		s->attrs[0] = fj_attr_shape(G(c), rt->dims, rt->rank);
+	} else {
+		s->op = FJ_OP_PRIMS_MATMUL;
+		s->nopnds = 2;
+		s->opnds[0] = yt;
+		s->opnds[1] = xt;
+	}
 	c->nsimp++;
 	return SPEC;
 }

@@ -8,8 +8,9 @@
 
 /* partition{attention=true}: rewrites the stand-alone pair *fw / *bw that
  * partition just extracted so that each attention pattern whose weights P
- * the forward saves saves the row logsumexp and O instead, the backward
- * recomputing P (see partition_attention.c). On success *fw and *bw may be
+ * the forward saves saves the row logsumexp and O instead (and the
+ * parameters its scores read), the backward recomputing P (see
+ * partition_attention.c). On success *fw and *bw may be
  * new graphs (the old ones destroyed); *found counts the patterns whose P
  * the forward saves, *done those rewritten. On failure the pair is left as
  * it was and the error is recorded. */

@@ -10,35 +10,43 @@
  *   forward: right after the softmax, the logsumexp of X as decompose
  *     writes aten.logsumexp over the last dim, from the softmax's row max MX:
  *       MS  = where(eq(abs(MX), full(inf)), full(0), MX)
- *       LSE = log(sum(exp(X - broadcast_in_dim(MS)))) + MS    f32 [.., M]
- *     (ir/attention.c's lse_group: fuse{attention=true} then makes the
- *     forward one region that also yields LSE); the saved P becomes LSE,
- *     and O is saved right after it unless it already is (a forward output
- *     may be saved besides, as partition does for any value);
- *   backward: P's parameter becomes LSE's (O's is inserted at its saved
- *     position); at its start, clones of the forward's nodes that compute
- *     X from saved values (K's transpose, S = Q K, the score chain), then
+ *       LSE = log(sum(exp(X - broadcast_in_dim(MS)))) + MS
+ *     f32, X's dims but the last ([.., M]; [B, H, M] when a reshape S' of
+ *     a rank-3 S folds the heads into the batch) (ir/attention.c's
+ *     lse_group: fuse{attention=true} then makes the forward one region
+ *     that also yields LSE); the saved P becomes LSE, O (mm2's result) is
+ *     saved right after it unless it already is (a forward output may be
+ *     saved besides, as partition does for any value), then the primals X
+ *     reads that are not saved yet (an additive mask parameter: a primal
+ *     takes no memory of its own; each added once, by the first pattern
+ *     that reads it);
+ *   backward: P's parameter becomes LSE's (O's and the primals' are
+ *     inserted at their saved positions); at its start, clones of the
+ *     forward's nodes that compute X from saved values (K's transpose,
+ *     S = Q K, S' = reshape(S), the score chain), then
  *     P = exp(X - broadcast_in_dim(LSE)), which replaces the parameter;
- *     the softmax backward's row sum sum(dP * P), dP = G V^T, becomes
- *     sum(G * O): the same number (sum_j (G V^T)_ij P_ij = G_i . (P V)_i),
- *     FlashAttention-2's D, read from [.., M, D] tensors instead of dP.
+ *     the softmax backward's row sum sum(dP * P), dP = G V^T (or
+ *     reshape(G V^T)), becomes sum(G * O): the same number
+ *     (sum_j (G V^T)_ij P_ij = G_i . (P V)_i), FlashAttention-2's D, read
+ *     from [.., M, D] tensors instead of dP, and reshaped to the old row
+ *     sum's dims when O is rank 3 and X 4-D.
  * A pattern is left as it is when the forward computes a logsumexp beside
- * it already, returns P as an output, has a reshape between S and X, or
- * when X needs a forward value that is not saved: the clones read saved
- * values and literals only, besides the pattern's nodes, layout ops and
- * nodes computed from constants alone (prims.full, prims.iota and what
+ * it already, returns P as an output, or when X needs an intermediate
+ * forward value that is not saved: the clones read saved values, primals
+ * and literals only, besides the pattern's nodes, layout ops and nodes
+ * computed from constants alone (prims.full, prims.iota and what
  * recomputable ops make of them, as a causal mask), so that the forward
- * saves no more than LSE and O in P's place. When the row sum is not found
- * (another spelling of the softmax backward) the rest still holds: correct,
- * one more pass over dP.
+ * saves no more memory than LSE and O in P's place. When the row sum is
+ * not found (another spelling of the softmax backward) the rest still
+ * holds: correct, one more pass over dP.
  *
  * Invariants: the forward's saved results and the backward's first
  * parameters stay in the same order; nodes stay in topological order; the
  * values the rewrite makes get names neither graph of the pair uses (so the
  * backward's copies keep theirs); nodes left dead are dropped.
  * Complexity: the matcher per matmul of the forward (O(nodes) once a tail
- * matched), one walk back from X per pattern, then one copy of each graph:
- * O(values + nodes).
+ * matched), one walk back from X per pattern (O(primals) per primal it
+ * reaches), then one copy of each graph: O(values + nodes).
  * Reference: Tri Dao, FlashAttention-2 (2023), Algorithm 2: the backward
  * from the logsumexp L and D = rowsum(dO * O). */
 #include <math.h>
@@ -58,17 +66,18 @@ typedef struct pat {
 	uint32_t ppos;     /* P's first saved position */
 	uint32_t vpos;     /* V's saved position, or NONE */
 	uint32_t opos;     /* O's saved position, or NONE (then it is added) */
+	uint32_t prim0, nprim; /* the primals it adds to the saved values: r->prims[prim0 ..] */
 	uint32_t rs_node;  /* backward: the row sum sum(dP * P), or NONE */
 	fj_vid rs_g;       /* backward: dP's G */
 	fj_vid lse;        /* new forward: the logsumexp */
 	fj_vid lse_p, o_p; /* new backward: their parameters */
 } pat;
 
-/* One saved value of the new pair: the old one at position i, or pattern
- * i's LSE or O. */
+/* One saved value of the new pair: the old one at position i, pattern i's
+ * LSE or O, or the primal i that a pattern adds. */
 typedef struct entry {
-	enum { E_OLD, E_LSE, E_O } kind;
-	uint32_t i;
+	enum { E_OLD, E_LSE, E_O, E_PRIM } kind;
+	uint32_t i; /* E_PRIM: the forward value */
 } entry;
 
 typedef struct rw {
@@ -81,7 +90,10 @@ typedef struct rw {
 	uint8_t *konst;    /* per forward node: computed from constants alone */
 	uint8_t *clone;    /* per forward node: cloned into the backward */
 	uint8_t *tmp;      /* per forward node: the clones of the pattern being tried */
+	uint8_t *padd;     /* per forward value: a primal that a pattern adds to the saved values */
 	fj_vid *stack;     /* the walk back from X */
+	fj_vid *prims;     /* the primals the patterns add, pattern by pattern */
+	uint32_t nprims, ntry; /* ... and those of the pattern being tried after them */
 	pat *pats;
 	uint32_t npats;
 	entry *ents;
@@ -191,20 +203,36 @@ static bool member(const pat *p, uint32_t ni)
 	return false;
 }
 
-/* Can the backward compute X of p from saved values? Marks in r->tmp the
- * forward's nodes to clone, walking back from X. */
+static bool tried(const rw *r, fj_vid v)
+{
+	for (uint32_t i = r->nprims; i < r->nprims + r->ntry; i++)
+		if (r->prims[i] == v)
+			return true;
+	return false;
+}
+
+/* Can the backward compute X of p from saved values and primals? Marks in
+ * r->tmp the forward's nodes to clone, walking back from X, and lists after
+ * r->prims[r->nprims] the r->ntry primals it reads that are not saved (nor
+ * added by an earlier pattern). */
 static bool closure(rw *r, const pat *p)
 {
 	const fj_graph *fw = r->fw;
 	memset(r->tmp, 0, fw->nnodes ? fw->nnodes : 1);
+	r->ntry = 0;
 	uint32_t top = 0;
 	r->stack[top++] = p->m.x;
 	while (top) {
 		fj_vid v = r->stack[--top];
-		if (is_lit(fw, v) || r->spos[v] != NONE)
+		if (is_lit(fw, v) || r->spos[v] != NONE || r->padd[v])
 			continue;
+		if (fw->values[v].kind == FJ_VK_PARAM) {
+			if (!tried(r, v))
+				r->prims[r->nprims + r->ntry++] = v;
+			continue;
+		}
 		if (fw->values[v].kind != FJ_VK_RESULT)
-			return false; /* a primal the forward does not save */
+			return false;
 		uint32_t ni = fw->values[v].def;
 		if (r->tmp[ni])
 			continue;
@@ -239,7 +267,9 @@ static bool swaps_last(const fj_context *ctx, const fj_node *n, int rank)
 }
 
 /* The softmax backward's row sum in the old backward: %t = mul(P, dP) (either
- * order) with dP = matmul(G, transpose(V)), and %r = sum(%t) over the last dim. */
+ * order) with dP = matmul(G, transpose(V)), or a reshape of it when the
+ * heads are folded into the matmuls' batch, and %r = sum(%t) over the last
+ * dim. */
 static void find_rowsum(rw *r, pat *p)
 {
 	const fj_graph *bw = r->bw;
@@ -256,9 +286,13 @@ static void find_rowsum(rw *r, pat *p)
 		for (int s = 0; s < 2; s++) {
 			if (is_lit(bw, t->opnds[s]) || !is_p_param(r, p, t->opnds[s]))
 				continue;
-			const fj_node *dp = def_op(bw, t->opnds[1 - s], FJ_OP_PRIMS_MATMUL);
+			fj_vid dv = t->opnds[1 - s];
+			const fj_node *rsh = def_op(bw, dv, FJ_OP_PRIMS_RESHAPE);
+			if (rsh && rsh->nopnds == 1)
+				dv = rsh->opnds[0];
+			const fj_node *dp = def_op(bw, dv, FJ_OP_PRIMS_MATMUL);
 			const fj_node *vt = dp && dp->nopnds == 2 ? def_op(bw, dp->opnds[1], FJ_OP_PRIMS_TRANSPOSE) : NULL;
-			if (!vt || vt->opnds[0] != vb || !swaps_last(r->ctx, vt, rank) || is_lit(bw, dp->opnds[0]) ||
+			if (!vt || vt->opnds[0] != vb || !swaps_last(r->ctx, vt, ot->rank) || is_lit(bw, dp->opnds[0]) ||
 			    !fj_type_same_dims(&bw->values[dp->opnds[0]].type, ot))
 				continue;
 			for (uint32_t k = ni + 1; k < bw->nnodes; k++) {
@@ -288,9 +322,13 @@ static fj_status find_patterns(rw *r, uint32_t *found)
 		if (!fj_attn_match_saved(fw, ni, scratch, &p->m) || r->spos[p->m.p] == NONE)
 			continue;
 		(*found)++;
-		if (p->m.sum2 != FJ_NONODE || r->isout[p->m.p] || r->pof[p->m.p] != NONE ||
-		    !fj_type_same_dims(&fw->values[p->m.x].type, &fw->values[p->m.s].type) || !closure(r, p))
+		if (p->m.sum2 != FJ_NONODE || r->isout[p->m.p] || r->pof[p->m.p] != NONE || !closure(r, p))
 			continue;
+		p->prim0 = r->nprims;
+		p->nprim = r->ntry;
+		for (uint32_t i = 0; i < r->ntry; i++)
+			r->padd[r->prims[r->nprims + i]] = 1;
+		r->nprims += r->ntry;
 		const fj_node *mm2 = &fw->nodes[p->m.mm2];
 		p->o = mm2->res[0];
 		p->v = mm2->opnds[1];
@@ -309,7 +347,7 @@ static fj_status find_patterns(rw *r, uint32_t *found)
 }
 
 /* The new saved list, in the old order: P's place holds LSE, followed by O
- * when O was not saved. */
+ * when O was not saved, then the primals the pattern adds. */
 static void saved_entries(rw *r)
 {
 	r->nents = 0;
@@ -321,8 +359,12 @@ static void saved_entries(rw *r)
 			continue;
 		}
 		r->ents[r->nents++] = (entry){E_LSE, k};
-		if (j == r->pats[k].ppos && r->pats[k].opos == NONE)
+		if (j != r->pats[k].ppos)
+			continue;
+		if (r->pats[k].opos == NONE)
 			r->ents[r->nents++] = (entry){E_O, k};
+		for (uint32_t i = 0; i < r->pats[k].nprim; i++)
+			r->ents[r->nents++] = (entry){E_PRIM, r->prims[r->pats[k].prim0 + i]};
 	}
 }
 
@@ -386,8 +428,10 @@ static fj_status new_forward(rw *r, fj_graph **out)
 			res[nr++] = fj_pass_rebuild_value(&rb, fw->results[i]);
 		for (uint32_t i = 0; i < r->nents; i++) {
 			const entry *e = &r->ents[i];
-			res[nr++] = e->kind == E_OLD ? fj_pass_rebuild_value(&rb, fw->results[r->K + e->i])
-			            : e->kind == E_LSE ? r->pats[e->i].lse : rb.map[r->pats[e->i].o];
+			res[nr++] = e->kind == E_OLD    ? fj_pass_rebuild_value(&rb, fw->results[r->K + e->i])
+			            : e->kind == E_PRIM ? rb.map[e->i]
+			            : e->kind == E_LSE  ? r->pats[e->i].lse
+			                                : rb.map[r->pats[e->i].o];
 		}
 		st = fj_graph_set_results(rb.g, res, nr);
 	}
@@ -430,6 +474,10 @@ static fj_status backward_params(rw *r, const fj_graph *nfw, fj_graph *g, fj_vid
 			bmap[old] = v;
 			if (!is_lit(fw, fv) && fmap[fv] == FJ_NOVAL)
 				fmap[fv] = v;
+		} else if (e->kind == E_PRIM) {
+			pick(g, bw, NULL, fw->values[e->i].name, &k, buf, sizeof buf);
+			v = add_param(g, buf, &fw->values[e->i]);
+			fmap[e->i] = v;
 		} else {
 			pat *p = &r->pats[e->i];
 			const fj_value *like = e->kind == E_LSE ? &nfw->values[p->lse] : &fw->values[p->o];
@@ -525,7 +573,8 @@ static fj_status recompute_p(rw *r, fj_graph *g, const fj_vid *fmap, pat *p, fj_
 	return st;
 }
 
-/* sum(G * O) over the last dim, in place of the old row sum `rs`. */
+/* sum(G * O) over the last dim, in place of the old row sum `rs` (then
+ * reshaped to its dims when the heads are folded into O's batch). */
 static fj_status rowsum_from_o(rw *r, fj_graph *g, const fj_vid *bmap, const pat *p, const fj_node *rs,
                                fj_vid *out)
 {
@@ -535,6 +584,11 @@ static fj_status rowsum_from_o(rw *r, fj_graph *g, const fj_vid *bmap, const pat
 	fj_vid gr = bmap[p->rs_g];
 	fj_vid t = op2(&b, FJ_OP_PRIMS_MUL, gr, p->o_p);
 	*out = sum_last(&b, t, r->fw->values[p->o].type.rank);
+	const fj_type *rt = &r->bw->values[rs->res[0]].type;
+	if (fj_b_status(&b) == FJ_OK && !fj_type_same_dims(&g->values[*out].type, rt)) {
+		fj_named_attr at = {"shape", fj_attr_shape(g, rt->dims, rt->rank)};
+		*out = fj_b_op1(&b, FJ_OP_PRIMS_RESHAPE, out, 1, &at, 1);
+	}
 	fj_status st = fj_b_status(&b);
 	const char *rname = r->bw->values[rs->res[0]].name;
 	if (st == FJ_OK)
@@ -678,6 +732,7 @@ fj_status fj_pass_partition_attention(fj_graph **fwp, fj_graph **bwp, uint32_t *
 	if (r.S > bw->nparams)
 		return FJ_OK;
 	uint32_t nv = fw->nvalues ? fw->nvalues : 1, nn = fw->nnodes ? fw->nnodes : 1, nops = 1, nmm = 0;
+	uint32_t np = fw->nparams + 1;
 	for (uint32_t ni = 0; ni < fw->nnodes; ni++) {
 		nops += fw->nodes[ni].nopnds;
 		nmm += fw->nodes[ni].op == FJ_OP_PRIMS_MATMUL;
@@ -690,17 +745,20 @@ fj_status fj_pass_partition_attention(fj_graph **fwp, fj_graph **bwp, uint32_t *
 	r.konst = fj_alloc(r.ctx, nn);
 	r.clone = fj_alloc(r.ctx, nn);
 	r.tmp = fj_alloc(r.ctx, nn);
+	r.padd = fj_alloc(r.ctx, nv);
 	r.stack = fj_alloc(r.ctx, nops * sizeof *r.stack);
+	r.prims = fj_alloc(r.ctx, np * sizeof *r.prims);
 	r.pats = fj_alloc(r.ctx, nmm * sizeof *r.pats);
-	r.ents = fj_alloc(r.ctx, (r.S + nmm + 1) * sizeof *r.ents);
-	fj_status st = r.spos && r.pof && r.isout && r.konst && r.clone && r.tmp && r.stack && r.pats && r.ents
-	               ? FJ_OK : FJ_ERR_NOMEM;
+	r.ents = fj_alloc(r.ctx, (r.S + nmm + np) * sizeof *r.ents);
+	fj_status st = r.spos && r.pof && r.isout && r.konst && r.clone && r.tmp && r.padd && r.stack && r.prims &&
+	               r.pats && r.ents ? FJ_OK : FJ_ERR_NOMEM;
 	fj_graph *nfw = NULL, *nbw = NULL;
 	if (st != FJ_OK)
 		goto done;
 	memset(r.spos, 0xff, nv * sizeof *r.spos);
 	memset(r.pof, 0xff, nv * sizeof *r.pof);
 	memset(r.isout, 0, nv);
+	memset(r.padd, 0, nv);
 	memset(r.clone, 0, nn);
 	for (uint32_t i = 0; i < fw->nresults; i++) {
 		fj_vid v = fw->results[i];
@@ -746,12 +804,16 @@ done:
 		fj_free(r.ctx, r.clone, nn);
 	if (r.tmp)
 		fj_free(r.ctx, r.tmp, nn);
+	if (r.padd)
+		fj_free(r.ctx, r.padd, nv);
 	if (r.stack)
 		fj_free(r.ctx, r.stack, nops * sizeof *r.stack);
+	if (r.prims)
+		fj_free(r.ctx, r.prims, np * sizeof *r.prims);
 	if (r.pats)
 		fj_free(r.ctx, r.pats, nmm * sizeof *r.pats);
 	if (r.ents)
-		fj_free(r.ctx, r.ents, (r.S + nmm + 1) * sizeof *r.ents);
+		fj_free(r.ctx, r.ents, (r.S + nmm + np) * sizeof *r.ents);
 	if (st == FJ_ERR_NOMEM)
 		fw->module->oom = true;
 	return st;
