@@ -98,6 +98,14 @@ static bool row_broadcast(const matcher *x, const fj_node *b, const fj_type *to)
 	return true;
 }
 
+/* Can the walks back (chain, bw_walk) go through n: a pointwise node of
+ * one result with dims `dims`, not too deep? */
+static bool pointwise_step(const fj_graph *g, const fj_node *n, const fj_type *dims, int depth)
+{
+	return depth <= 64 && (fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) && n->nres == 1 &&
+	       fj_type_same_dims(&g->values[n->res[0]].type, dims);
+}
+
 /* The chain from X back to S': pointwise nodes of X's shape. Returns
  * whether v depends on S' (and records S' when it is found: a matmul result
  * of the right rank, or a reshape of one). */
@@ -127,8 +135,7 @@ static bool chain(matcher *x, fj_vid v, int depth)
 		x->seen[i] = 2;
 		return true;
 	}
-	if (depth > 64 || !(fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) || n->nres != 1 ||
-	    !fj_type_same_dims(vt(x, n->res[0]), vt(x, x->m->x)))
+	if (!pointwise_step(g, n, vt(x, x->m->x), depth))
 		return false;
 	bool dep = false;
 	for (uint32_t o = 0; o < n->nopnds; o++)
@@ -420,8 +427,7 @@ static bool bw_walk(bwm *x, fj_vid v, int depth)
 		bw_add(x, i);
 		return true;
 	}
-	if (depth > 64 || !(fj_op_info(fj_graph_ctx(g), n->op)->flags & FJ_OPF_POINTWISE) || n->nres != 1 ||
-	    !fj_type_same_dims(t, x->wt))
+	if (!pointwise_step(g, n, x->wt, depth))
 		return false;
 	bool dep = false;
 	for (uint32_t o = 0; o < n->nopnds; o++)

@@ -371,6 +371,21 @@ static void saved_entries(rw *r)
 /* ---- the forward ---- */
 
 /* The logsumexp of p's scores after the softmax (rule_logsumexp's form). */
+/* Copies node n into rb's graph, its operands mapped by rb. */
+static fj_status copy_mapped(fj_context *ctx, fj_rebuild *rb, const fj_node *n)
+{
+	fj_vid ostack[16];
+	fj_vid *ops = n->nopnds <= 16 ? ostack : fj_alloc(ctx, n->nopnds * sizeof *ops);
+	if (!ops)
+		return FJ_ERR_NOMEM;
+	for (uint32_t i = 0; i < n->nopnds; i++)
+		ops[i] = fj_pass_rebuild_value(rb, n->opnds[i]);
+	fj_status st = fj_pass_rebuild_copy(rb, n, ops) == FJ_NONODE ? FJ_ERR_NOMEM : FJ_OK;
+	if (ops != ostack)
+		fj_free(ctx, ops, n->nopnds * sizeof *ops);
+	return st;
+}
+
 static fj_status emit_lse(rw *r, fj_rebuild *rb, pat *p)
 {
 	fj_graph *g = rb->g;
@@ -402,22 +417,11 @@ static fj_status new_forward(rw *r, fj_graph **out)
 	fj_rebuild rb;
 	fj_status st = fj_pass_rebuild_begin(&rb, fw);
 	fj_vid *res = fj_alloc(r->ctx, (r->K + r->nents + 1) * sizeof *res);
-	fj_vid ostack[16];
 	if (!res)
 		st = FJ_ERR_NOMEM;
 	for (uint32_t ni = 0; ni < fw->nnodes && st == FJ_OK; ni++) {
 		const fj_node *n = &fw->nodes[ni];
-		fj_vid *ops = n->nopnds <= 16 ? ostack : fj_alloc(r->ctx, n->nopnds * sizeof *ops);
-		if (!ops) {
-			st = FJ_ERR_NOMEM;
-			break;
-		}
-		for (uint32_t i = 0; i < n->nopnds; i++)
-			ops[i] = fj_pass_rebuild_value(&rb, n->opnds[i]);
-		if (fj_pass_rebuild_copy(&rb, n, ops) == FJ_NONODE)
-			st = FJ_ERR_NOMEM;
-		if (ops != ostack)
-			fj_free(r->ctx, ops, n->nopnds * sizeof *ops);
+		st = copy_mapped(r->ctx, &rb, n);
 		for (uint32_t k = 0; k < r->npats && st == FJ_OK; k++)
 			if (r->pats[k].pdef == ni)
 				st = emit_lse(r, &rb, &r->pats[k]);
@@ -677,22 +681,11 @@ static fj_status prune(fj_context *ctx, fj_graph **gp)
 	fj_rebuild rb = {0};
 	if (dead)
 		st = fj_pass_rebuild_begin(&rb, g);
-	fj_vid ostack[16];
 	for (uint32_t ni = 0; ni < g->nnodes && dead && st == FJ_OK; ni++) {
 		const fj_node *n = &g->nodes[ni];
 		if (!live[ni])
 			continue;
-		fj_vid *ops = n->nopnds <= 16 ? ostack : fj_alloc(ctx, n->nopnds * sizeof *ops);
-		if (!ops) {
-			st = FJ_ERR_NOMEM;
-			break;
-		}
-		for (uint32_t i = 0; i < n->nopnds; i++)
-			ops[i] = fj_pass_rebuild_value(&rb, n->opnds[i]);
-		if (fj_pass_rebuild_copy(&rb, n, ops) == FJ_NONODE)
-			st = FJ_ERR_NOMEM;
-		if (ops != ostack)
-			fj_free(ctx, ops, n->nopnds * sizeof *ops);
+		st = copy_mapped(ctx, &rb, n);
 	}
 	if (dead && st == FJ_OK) {
 		fj_vid *res = fj_alloc(ctx, (g->nresults + 1) * sizeof *res);
