@@ -439,6 +439,21 @@ static bool bw_walk(bwm *x, fj_vid v, int depth)
 	return dep;
 }
 
+/* Is v (of W's dims) a broadcast_in_dim of a value constant along W's last
+ * dim (a row value: [.., M] or [.., M, 1])? */
+static bool row_value(const fj_graph *g, fj_vid v, const fj_type *wt)
+{
+	const fj_node *b = def_op(g, v, FJ_OP_PRIMS_BROADCAST_IN_DIM);
+	const fj_attr *bd = b && b->nopnds == 1 ? fj_node_attr(fj_graph_ctx(g), b, "broadcast_dims") : NULL;
+	if (!bd || bd->kind != FJ_AK_LIST || !fj_type_same_dims(&g->values[v].type, wt))
+		return false;
+	const fj_type *it = &g->values[b->opnds[0]].type;
+	for (uint32_t i = 0; i < bd->n && i < (uint32_t)it->rank; i++)
+		if (fj_attr_as_int(&bd->u.items[i]) == wt->rank - 1 && it->dims[i] != 1)
+			return false;
+	return true;
+}
+
 /* G's W-space operand W_g, read back through at most three layout nodes
  * (a transpose of the last two dims, reshapes that fold W's batch dims
  * into G's and keep the last two), which go to lay[0..*nl); *tr: whether
@@ -590,6 +605,18 @@ bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t 
 		if (v != FJ_NOVAL && g->values[v].kind == FJ_VK_RESULT && (scratch[g->values[v].def] & 3) == 1)
 			return false;
 	}
+	/* the weights of attention, recomputed from a row value (the
+	 * logsumexp): a chain that only looks alike (an MLP's layer, W2
+	 * gelu(X W1), has no row value under its exp) stays with the matmul
+	 * template */
+	bool lse = false;
+	for (uint32_t k = 0; k < out->nnodes && !lse; k++) {
+		const fj_node *e = &g->nodes[out->nodes[k]];
+		const fj_node *sb = e->op == FJ_OP_PRIMS_EXP ? def_op(g, e->opnds[0], FJ_OP_PRIMS_SUB) : NULL;
+		lse = sb && row_value(g, sb->opnds[1], wt);
+	}
+	if (!lse)
+		return false;
 	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
 	return true;
 }

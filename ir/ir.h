@@ -552,8 +552,9 @@ bool fj_attn_match_saved(const fj_graph *g, uint32_t mm2, uint8_t *scratch, fj_a
  * G = W_g V_g or W_g^T V_g (a transpose of the last two dims), each W_g
  * computed pointwise, in the space W of the first stage's results, from
  * first-stage matmuls F (the scores Q K^T, dP = dO V^T) and from values
- * computed outside; rank 2 or 3, f32. Every value but the G's is used
- * inside only. Matched from G0; ir/attention.c. */
+ * computed outside, one of them exp(X - broadcast_in_dim(a row value)) (the
+ * weights from the logsumexp); rank 2 or 3, f32. Every value but the G's is
+ * used inside only. Matched from G0; ir/attention.c. */
 #define FJ_ATTN_BW_MAX_F 2
 #define FJ_ATTN_BW_MAX_G 4
 typedef struct fj_attn_bw {
