@@ -11,6 +11,7 @@ Training programs (training=True) run forward() and backward(). Errors raise
 FusejitError with the library's message. The PyTorch bridge is fusejit.torch.
 """
 import ctypes
+import threading
 
 import numpy as np
 
@@ -47,10 +48,42 @@ class FusejitError(RuntimeError):
         super().__init__(message)
 
 
-class Context:
+class _Owner:
+    """A C object that others made from it (a context's modules and programs, a
+    program's saved values) need until they are destroyed: it is destroyed by the
+    last of __del__ and its children's release, whatever order Python finalizes
+    them in (a reference cycle's finalizers run in any order, PEP 442, as at exit
+    after torch's compiled functions)."""
+    _nchild = 0
+    _closed = False
+
+    def _retain(self):
+        with self._lock:
+            self._nchild += 1
+
+    def _release(self):
+        with self._lock:
+            self._nchild -= 1
+            last = self._closed and self._nchild == 0
+        if last:
+            self._free()
+
+    def __del__(self):
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            self._closed = True
+            last = self._nchild == 0
+        if last:
+            self._free()
+
+
+class Context(_Owner):
     """A fusejit context: allocator, diagnostics, kernel cache. Thread-safe."""
 
     def __init__(self, cache_dir=None, cache_max_bytes=0):
+        self._lock = threading.Lock()
         self._lib = lib()
         self._ptr = self._lib.fj_context_create(None, None)
         if not self._ptr:
@@ -58,7 +91,7 @@ class Context:
         if cache_dir is not None:
             self._check(self._lib.fj_context_set_cache(self._ptr, cache_dir.encode(), cache_max_bytes))
 
-    def __del__(self):
+    def _free(self):
         if getattr(self, "_ptr", None):
             self._lib.fj_context_destroy(self._ptr)
             self._ptr = None
@@ -125,11 +158,13 @@ class Context:
 class Module:
     def __init__(self, ctx, ptr):
         self.ctx, self._ptr = ctx, ptr
+        ctx._retain()
 
     def __del__(self):
         if getattr(self, "_ptr", None):
             self.ctx._lib.fj_module_destroy(self._ptr)
             self._ptr = None
+            self.ctx._release()
 
     def __str__(self):
         s, n = ctypes.c_char_p(), ctypes.c_size_t()
@@ -187,11 +222,13 @@ def _take_owned(L, t):
     return arr
 
 
-class Program:
+class Program(_Owner):
     """A compiled graph. run() may be called from several threads at once."""
 
     def __init__(self, ctx, ptr, module=None):
+        self._lock = threading.Lock()
         self.ctx, self._ptr = ctx, ptr
+        ctx._retain()
         L = ctx._lib
         self.executor = _EXEC_NAMES.get(L.fj_program_executor(ptr), "?")
         self.info = {}
@@ -203,10 +240,11 @@ class Program:
                 vals.append((vi.name.decode(), vi.type.decode()))
             self.info[role] = vals
 
-    def __del__(self):
+    def _free(self):
         if getattr(self, "_ptr", None):
             self.ctx._lib.fj_program_destroy(self._ptr)
             self._ptr = None
+            self.ctx._release()
 
     def _inputs(self, arrays, role="input"):
         keep = []
@@ -252,11 +290,13 @@ class Saved:
 
     def __init__(self, prog, ptr):
         self.prog, self._ptr = prog, ptr
+        prog._retain()
 
     def __del__(self):
         if getattr(self, "_ptr", None):
             self.prog.ctx._lib.fj_saved_destroy(self._ptr)
             self._ptr = None
+            self.prog._release()
 
     def __len__(self):
         return self.prog.ctx._lib.fj_saved_count(self._ptr)

@@ -74,6 +74,34 @@ def test_training_program():
     np.testing.assert_allclose(gw, np.cos(x * w) * x, rtol=1e-5)
 
 
+def test_finalizers_in_any_order():
+    """A reference cycle's finalizers run in any order (PEP 442): the context's
+    may run before its programs' and modules', a program's before its saved
+    values'. Each waits for the objects made from it (a crash at exit after
+    aot_function's compiled functions, before)."""
+    import gc
+    ctx = fusejit.Context()
+    m = ctx.parse(TEXT)
+    p = ctx.compile(m, executor="host")
+    t = ctx.compile("graph @f(%w: f32[3]) {\n %z = aten.sin(%w)\n %s = aten.sum(%z)\n return %s\n}\n",
+                    training=True, executor="host")
+    w = np.array([1.0, 2.0, 3.0], np.float32)
+    _, saved = t.forward(w)
+    ctx.__del__()  # as the cyclic collector may: the context first
+    t.__del__()    # then a program whose saved values live on
+    x = np.ones((2, 4), np.float32)
+    y, _ = p.run(x, np.ones(4, np.float32))
+    np.testing.assert_allclose(y, np.tanh(x), rtol=1e-6)
+    (gw,) = t.backward(saved, np.float32(1.0))
+    np.testing.assert_allclose(gw, np.cos(w), rtol=1e-5)
+    assert ctx._ptr and t._ptr
+    del saved
+    assert t._ptr is None and ctx._ptr
+    del p, m, t
+    gc.collect()
+    assert ctx._ptr is None
+
+
 def test_threads():
     ctx = fusejit.Context()
     p = ctx.compile(TEXT, executor="host")
