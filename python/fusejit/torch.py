@@ -435,6 +435,9 @@ def bw_compiler(gm, example_inputs, executor="auto", state=None):
 
 
 TRAIN_PIPELINE = "verify,decompose,canonicalize,recompute,partition{mode=mincut}"
+# The host's: an attention's forward saves its logsumexp instead of its weights,
+# so that its backward is one kernel (docs/IR.md, partition{attention=true}).
+TRAIN_PIPELINE_HOST = "verify,decompose,canonicalize,recompute,partition{mode=mincut,attention=true}"
 
 
 def partition(joint_gm, joint_inputs, executor="auto", num_fwd_outputs=None, **kwargs):
@@ -529,7 +532,8 @@ def _partition_whole(joint_gm, joint_inputs, executor, num_fwd_outputs):
     text = _fx.Converter(ctx).convert(joint_gm, name="f.joint", params=params, results=fw_outs + grad_nodes,
                                       graph_attrs={"num_fwd_outputs": K})
     m = ctx.parse(text, "aot_joint.fj")
-    m.run_pipeline(TRAIN_PIPELINE)
+    m.run_pipeline(TRAIN_PIPELINE_HOST if executor == "host" or (executor == "auto" and device == "cpu")
+                   else TRAIN_PIPELINE)
     fw_text, where = _saved_inputs_dropped(str(m), "f.fw", K, nprim)
     m_fw = ctx.parse(fw_text, "aot_joint.fj") if fw_text is not None else m
     fw = ctx.compile(m_fw, executor=executor, graph="f.fw", pipeline="verify", threads=_threads())
