@@ -58,21 +58,22 @@ static const fj_node *def_op(const fj_graph *g, fj_vid v, int op)
 
 static uint32_t node_of(const fj_graph *g, const fj_node *n) { return (uint32_t)(n - g->nodes); }
 
+/* Adds node i to a pattern's node list (once); false when it is full. */
+static bool add_node(uint32_t *nodes, uint32_t *n, uint32_t i)
+{
+	for (uint32_t k = 0; k < *n; k++)
+		if (nodes[k] == i)
+			return true;
+	if (*n == FJ_ATTN_MAX_NODES)
+		return false;
+	nodes[(*n)++] = i;
+	return true;
+}
+
 static void add(matcher *x, const fj_node *n)
 {
-	if (!n) {
+	if (!n || !add_node(x->m->nodes, &x->m->nnodes, node_of(x->g, n)))
 		x->ok = false;
-		return;
-	}
-	uint32_t i = node_of(x->g, n);
-	for (uint32_t k = 0; k < x->m->nnodes; k++)
-		if (x->m->nodes[k] == i)
-			return;
-	if (x->m->nnodes == FJ_ATTN_MAX_NODES) {
-		x->ok = false;
-		return;
-	}
-	x->m->nodes[x->m->nnodes++] = i;
 }
 
 static const fj_type *vt(const matcher *x, fj_vid v) { return &x->g->values[v].type; }
@@ -378,14 +379,8 @@ static bool last_two(const fj_type *a, const fj_type *b, bool swap)
 
 static void bw_add(bwm *x, uint32_t i)
 {
-	for (uint32_t k = 0; k < x->m->nnodes; k++)
-		if (x->m->nodes[k] == i)
-			return;
-	if (x->m->nnodes == FJ_ATTN_MAX_NODES) {
+	if (!add_node(x->m->nodes, &x->m->nnodes, i))
 		x->ok = false;
-		return;
-	}
-	x->m->nodes[x->m->nnodes++] = i;
 }
 
 /* Walks back from W-space value v: returns whether v depends on a first
