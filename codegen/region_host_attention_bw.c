@@ -58,7 +58,7 @@ typedef struct bwt {
 	fj_attn_bw m;
 	int rank, xrank;        /* of the matmuls (2 or 3), of W (heads unfolded: higher) */
 	int mr, nr, mrr, qb; /* micro-tile rows and columns; row G's micro-tile rows; QB */
-	fj_rg_micro uf, uc, ur; /* the micro-kernel for Ft, column G's, row G's (shared accumulators) */
+	fj_rg_micro uf, uc, ur; /* the micro-kernel for Ft and column G's (sharing accumulators), row G's */
 	LLVMTypeRef f32;
 	LLVMValueRef batch, M, N, Mp, Np; /* Mp, Np: M, N rounded up to QB, KB */
 	LLVMValueRef kf[FJ_ATTN_BW_MAX_F], zp[FJ_ATTN_BW_MAX_F], xp[FJ_ATTN_BW_MAX_F], ft[FJ_ATTN_BW_MAX_F];
@@ -496,12 +496,22 @@ fj_status fj_rh_tpl_attention_bw(hctx *h)
 		t->dg[g] = fj_rg_dim(r, body->nodes[t->m.g[g]].res[0], d + 1);
 		t->gpan[g] = LLVMBuildUDiv(BB, add(t, t->dg[g], k64(t, t->nr - 1)), k64(t, t->nr), "");
 	}
-	/* the parallel space: result 0's dims before its last two (the batch,
-	 * or the batch and heads of a reshape back to heads), one tile per
-	 * batch; never empty while a result is not (the runtime calls no kernel
-	 * over an empty space) */
+	/* the parallel space: result 0's batch dims, one tile per batch: its
+	 * dims before the last two when it is its G (the batch) or has W's
+	 * leading dims (the batch and heads of a reshape back to heads), else
+	 * none (one call). Never empty while a result is not: the runtime calls
+	 * no kernel over an empty space, and an empty batch empties every G. */
 	fj_vid r0 = body->results[0];
-	int pr = vrank(h, r0) >= 2 ? vrank(h, r0) - 2 : 0;
+	const fj_type *rt = &body->values[r0].type, *wty = &body->values[wv].type;
+	int pr = 0;
+	if (fj_type_same_dims(rt, &body->values[body->nodes[t->m.g[t->res_g[0]]].res[0]].type))
+		pr = t->rank - 2;
+	else if (rt->rank == t->xrank) {
+		pr = t->xrank - 2;
+		for (int i = 0; i < pr; i++)
+			if (rt->dims[i] != wty->dims[i])
+				pr = 0;
+	}
 	LLVMValueRef extent = k64(t, 1);
 	for (int i = 0; i < pr; i++)
 		extent = mul(t, extent, fj_rg_dim(r, r0, i));
