@@ -122,22 +122,27 @@ void fj_rh_vector_width(hctx *h, fj_cg_loop *l, int interleave)
  * (pr, with idx and lin = the R-linear index). */
 void fj_rh_store_outputs(hctx *h, int cls, fj_rg_point *pt)
 {
-	fj_rg *r = &h->r;
 	for (uint32_t j = 0; j < h->k->nout; j++) {
 		if (h->a->kmask && out_class(h, j) != cls)
 			continue;
-		fj_vid v = h->body->results[j];
-		const fj_cg_tensor *o = &h->out[j];
-		bool same = cls == OUT_D ? h->a->vals[v].in_d : h->a->vals[v].in_r;
-		if (same && pt->has_idx) {
-			fj_rg_point q = *pt;
-			fj_rg_store(r, o, fj_cg_offset(h->cg, o, pt->idx), v, &q);
-		} else {
-			fj_rg_need_lin(r, h->a->dom_v, pt); /* D-linear (or R-linear, given) */
-			fj_rg_point q;
-			fj_rg_point_lin(&q, vrank(h, v), pt->lin);
-			fj_rg_store(r, o, pt->lin, v, &q);
-		}
+		const fj_rg_value *x = &h->a->vals[h->body->results[j]];
+		fj_rh_store_result(h, j, cls == OUT_D ? x->in_d : x->in_r, pt);
+	}
+}
+
+void fj_rh_store_result(hctx *h, uint32_t j, bool same, fj_rg_point *pt)
+{
+	fj_rg *r = &h->r;
+	fj_vid v = h->body->results[j];
+	const fj_cg_tensor *o = &h->out[j];
+	if (same && pt->has_idx) {
+		fj_rg_point q = *pt;
+		fj_rg_store(r, o, fj_cg_offset(h->cg, o, pt->idx), v, &q);
+	} else {
+		fj_rg_need_lin(r, h->a->dom_v, pt); /* D-linear (or R-linear, given) */
+		fj_rg_point q;
+		fj_rg_point_lin(&q, vrank(h, v), pt->lin);
+		fj_rg_store(r, o, pt->lin, v, &q);
 	}
 }
 

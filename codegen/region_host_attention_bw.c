@@ -264,21 +264,12 @@ static void store_g(bwt *t, uint32_t g, LLVMValueRef b, LLVMValueRef r0, LLVMVal
 	LLVMValueRef col = add(t, c0, lc.iv);
 	fj_rg_bind(r, gv, ld(t, at(t, arow, lc.iv)));
 	LLVMValueRef lin = add(t, mul(t, add(t, mul(t, b, R), row), t->dg[g]), col);
-	for (uint32_t j = 0; j < h->k->nout; j++) {
-		if (t->res_g[j] != (int)g)
-			continue;
-		fj_vid v = body->results[j];
-		const fj_cg_tensor *o = &h->out[j];
-		fj_rg_point q;
-		if (fj_type_same_dims(&body->values[v].type, &body->values[gv].type)) {
-			fj_rg_batch_point(&q, t->rank, b, row, col);
-			q.lin = lin;
-			fj_rg_store(r, o, fj_cg_offset(cg, o, q.idx), v, &q);
-		} else {
-			fj_rg_point_lin(&q, vrank(h, v), lin);
-			fj_rg_store(r, o, lin, v, &q);
-		}
-	}
+	fj_rg_point q;
+	fj_rg_batch_point(&q, t->rank, b, row, col);
+	q.lin = lin;
+	for (uint32_t j = 0; j < h->k->nout; j++)
+		if (t->res_g[j] == (int)g)
+			fj_rh_store_result(h, j, fj_type_same_dims(&body->values[body->results[j]].type, &body->values[gv].type), &q);
 	fj_rg_bind(r, gv, NULL);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lc);

@@ -63,6 +63,10 @@ static inline int out_class(hctx *h, uint32_t j) { return h->a->vals[h->body->re
 
 /* Stores every result of class cls at a point of D or of R. */
 void fj_rh_store_outputs(hctx *h, int cls, fj_rg_point *pt);
+/* Stores result j at point pt: at pt's multi-index when `same` (the result
+ * has the dims pt indexes), else at pt's linear index (D-linear when pt
+ * has none), an order-preserving reshape's. */
+void fj_rh_store_result(hctx *h, uint32_t j, bool same, fj_rg_point *pt);
 
 /* ---- the parallel space of a reduction region (region_host.c) ---- */
 
