@@ -1550,6 +1550,12 @@ static bool group_solo(fuser *f, uint32_t *grp, uint32_t n, bool all, const uint
 	return true;
 }
 
+/* Is node i a matmul still in a region of its own? */
+static bool lone_matmul(const fuser *f, uint32_t i)
+{
+	return f->cls[i] == NC_MATMUL && f->parent[i] == i && f->head[i] == i && f->next[i] == FJ_NONODE;
+}
+
 /* Groups each attention pattern (ir/attention.c) into one solo region,
  * before the merging rounds: the two matmuls, the score chain and the
  * softmax (group_solo adds their layout prologues and the output's
@@ -1565,16 +1571,14 @@ static void group_attention(fuser *f, const bool *live)
 	uint32_t grp[ATT_CAP];
 	for (uint32_t i = 0; i < f->nn; i++) {
 		fj_attn at;
-		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
-		    !fj_attn_match(g, i, live, f->flag, &at))
+		if (!lone_matmul(f, i) || !fj_attn_match(g, i, live, f->flag, &at))
 			continue;
 		memcpy(grp, at.nodes, at.nnodes * sizeof *grp);
 		group_solo(f, grp, at.nnodes, false, &i, 1);
 	}
 	for (uint32_t i = 0; i < f->nn; i++) {
 		fj_attn_bw ab;
-		if (f->cls[i] != NC_MATMUL || f->parent[i] != i || f->head[i] != i || f->next[i] != FJ_NONODE ||
-		    !fj_attn_bw_match(g, i, live, f->flag, &ab))
+		if (!lone_matmul(f, i) || !fj_attn_bw_match(g, i, live, f->flag, &ab))
 			continue;
 		memcpy(grp, ab.nodes, ab.nnodes * sizeof *grp);
 		group_solo(f, grp, ab.nnodes, true, ab.g, ab.ng);

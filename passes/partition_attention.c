@@ -119,13 +119,23 @@ static bool free_in(const fj_graph *g, const fj_graph *a, const fj_graph *b, con
 	       (!b || fj_graph_find_value(b, s, n) == FJ_NOVAL);
 }
 
-/* hint when g, a and b (NULL: none) lack it, else the first free hint_<k>. */
+/* The first hint_<k>, k counting on from *k, that g, a and b (NULL: none)
+ * lack. */
+static void next_free(const fj_graph *g, const fj_graph *a, const fj_graph *b, const char *hint, uint32_t *k,
+                      char *buf, size_t size)
+{
+	do
+		snprintf(buf, size, "%.120s_%u", hint, (*k)++);
+	while (!free_in(g, a, b, buf));
+}
+
+/* hint when g, a and b (NULL: none) lack it, else next_free's. */
 static void pick(const fj_graph *g, const fj_graph *a, const fj_graph *b, const char *hint, uint32_t *k,
                  char *buf, size_t size)
 {
 	snprintf(buf, size, "%.120s", hint);
-	while (!free_in(g, a, b, buf))
-		snprintf(buf, size, "%.120s_%u", hint, (*k)++);
+	if (!free_in(g, a, b, buf))
+		next_free(g, a, b, hint, k, buf, size);
 }
 
 static fj_status rename_to(fj_graph *g, const fj_graph *a, const fj_graph *b, fj_vid v, const char *hint)
@@ -147,9 +157,7 @@ static fj_status name_nodes(fj_graph *g, const fj_graph *a, const fj_graph *b, u
 	uint32_t k = 0;
 	for (uint32_t ni = n0; ni < g->nnodes; ni++)
 		for (uint32_t i = 0; i < g->nodes[ni].nres; i++) {
-			do
-				snprintf(buf, sizeof buf, "%.120s_%u", hint, k++);
-			while (!free_in(g, a, b, buf));
+			next_free(g, a, b, hint, &k, buf, sizeof buf);
 			if (fj_graph_rename_value(g, g->nodes[ni].res[i], buf) != FJ_OK)
 				return FJ_ERR_NOMEM;
 		}
@@ -535,12 +543,9 @@ static fj_status copy_into(rw *r, fj_rebuild *rb, const fj_node *n, const fj_gra
 	for (uint32_t i = 0; i < n->nres && st == FJ_OK; i++) {
 		fj_vid nv = g->nodes[k].res[i];
 		if (clash[i]) {
-			const char *hint = rb->old->values[n->res[i]].name;
 			char buf[160];
 			uint32_t c = 0;
-			do
-				snprintf(buf, sizeof buf, "%.120s_%u", hint, c++);
-			while (!free_in(g, avoid, NULL, buf));
+			next_free(g, avoid, NULL, rb->old->values[n->res[i]].name, &c, buf, sizeof buf);
 			st = fj_graph_rename_value(g, nv, buf);
 		}
 		if (prev[i] != FJ_NOVAL)
