@@ -6,23 +6,74 @@
 
 #include "api/api.h"
 
+/* cnt elements es bytes wide, step elements apart in p, packed in d. es is a
+ * constant where this is inlined, so each memcpy is one load and one store. */
+static inline void copy_elems(char *p, char *d, int64_t cnt, int64_t step, size_t es, bool to_dense)
+{
+	int64_t jump = step * (int64_t)es;
+	if (to_dense)
+		for (int64_t i = 0; i < cnt; i++, p += jump, d += es)
+			memcpy(d, p, es);
+	else
+		for (int64_t i = 0; i < cnt; i++, p += jump, d += es)
+			memcpy(p, d, es);
+}
+
+/* A run of cnt elements of t, step elements apart: one memcpy where they
+ * are contiguous, else element by element. */
+static void copy_run(char *p, char *d, int64_t cnt, int64_t step, size_t es, bool to_dense)
+{
+	if (step == 1) {
+		size_t bytes = (size_t)cnt * es;
+		memcpy(to_dense ? d : p, to_dense ? p : d, bytes);
+		return;
+	}
+	switch (es) {
+	case 1: copy_elems(p, d, cnt, step, 1, to_dense); break;
+	case 2: copy_elems(p, d, cnt, step, 2, to_dense); break;
+	case 4: copy_elems(p, d, cnt, step, 4, to_dense); break;
+	case 8: copy_elems(p, d, cnt, step, 8, to_dense); break;
+	default: copy_elems(p, d, cnt, step, es, to_dense); break;
+	}
+}
+
+/* The dims merged where t is contiguous across them (size-1 dims dropped), so
+ * that a permuted or sliced layout copies in runs as long as it allows: a
+ * [B,H,L,D] view of [B,L,H,D] memory moves D elements per memcpy. */
 void fj_api_strided_copy(const fj_tensor *t, void *dense, size_t es, int64_t n, bool to_dense)
 {
+	if (n <= 0)
+		return;
+	int64_t size[FJ_MAX_DIMS], step[FJ_MAX_DIMS];
+	int r = 0;
+	for (int k = 0; k < t->rank; k++) {
+		int64_t sz = t->sizes[k], st = t->strides ? t->strides[k] : 1;
+		if (!t->strides) /* dense: the stride of dim k is the product of the sizes after it */
+			for (int j = k + 1; j < t->rank; j++)
+				st *= t->sizes[j];
+		if (sz == 1)
+			continue;
+		if (r > 0 && step[r - 1] == st * sz) {
+			size[r - 1] *= sz;
+			step[r - 1] = st;
+		} else {
+			size[r] = sz;
+			step[r] = st;
+			r++;
+		}
+	}
+	int64_t inner = r ? size[r - 1] : 1, istep = r ? step[r - 1] : 1;
 	int64_t idx[FJ_MAX_DIMS] = {0};
 	int64_t off = 0;
 	char *base = t->data, *d = dense;
-	for (int64_t e = 0; e < n; e++) {
-		char *s = base + off * (int64_t)es;
-		if (to_dense)
-			memcpy(d + e * (int64_t)es, s, es);
-		else
-			memcpy(s, d + e * (int64_t)es, es);
-		for (int k = t->rank - 1; k >= 0; k--) {
-			if (++idx[k] < t->sizes[k]) {
-				off += t->strides[k];
+	for (int64_t e = 0; e < n; e += inner) {
+		copy_run(base + off * (int64_t)es, d + e * (int64_t)es, inner, istep, es, to_dense);
+		for (int k = r - 2; k >= 0; k--) {
+			if (++idx[k] < size[k]) {
+				off += step[k];
 				break;
 			}
-			off -= t->strides[k] * (t->sizes[k] - 1);
+			off -= step[k] * (size[k] - 1);
 			idx[k] = 0;
 		}
 	}

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "test.h"
 
 static const char text[] =
@@ -724,6 +725,78 @@ START_TEST(test_alloc_failures)
 }
 END_TEST
 
+/* fj_api_strided_copy against an element-by-element walk, over random
+ * layouts: permuted, sliced, flipped (negative strides), broadcast (zero
+ * strides, gather only), size-1 dims with any stride, elements of 1-8 bytes. */
+START_TEST(test_strided_copy)
+{
+	enum { SPAN = 4096 };
+	unsigned char *buf = malloc(SPAN), *want = malloc(SPAN), *dense = malloc(SPAN);
+	unsigned seed = 12345;
+	for (int iter = 0; iter < 3000; iter++) {
+		size_t es = (size_t)1 << (rand_r(&seed) % 4);
+		int rank = rand_r(&seed) % 6;
+		bool gather = rand_r(&seed) % 2, broadcast = gather && rand_r(&seed) % 3 == 0;
+		int64_t sizes[FJ_MAX_DIMS], strides[FJ_MAX_DIMS], n = 1;
+		int perm[FJ_MAX_DIMS];
+		for (int k = 0; k < rank; k++) {
+			sizes[k] = 1 + rand_r(&seed) % 5;
+			n *= sizes[k];
+			perm[k] = k;
+		}
+		for (int k = rank - 1; k > 0; k--) { /* the order of the dims in memory */
+			int j = rand_r(&seed) % (k + 1), t = perm[k];
+			perm[k] = perm[j];
+			perm[j] = t;
+		}
+		int64_t step = 1 + (rand_r(&seed) % 4 == 0), lo = 0, hi = 0;
+		for (int k = rank - 1; k >= 0; k--) { /* perm[k]: the k-th innermost dim, maybe padded */
+			int d = perm[k];
+			strides[d] = sizes[d] == 1 && rand_r(&seed) % 2 ? 77 : step;
+			if (broadcast && rand_r(&seed) % 3 == 0)
+				strides[d] = 0;
+			else
+				step *= sizes[d] + (rand_r(&seed) % 4 == 0);
+			if (gather && rand_r(&seed) % 4 == 0)
+				strides[d] = -strides[d];
+		}
+		for (int k = 0; k < rank; k++) {
+			int64_t e = strides[k] * (sizes[k] - 1);
+			lo += e < 0 ? e : 0;
+			hi += e > 0 ? e : 0;
+		}
+		if ((hi - lo + 1) * (int64_t)es > SPAN || n * (int64_t)es > SPAN)
+			continue;
+		for (int i = 0; i < SPAN; i++) {
+			buf[i] = (unsigned char)rand_r(&seed);
+			dense[i] = (unsigned char)rand_r(&seed);
+		}
+		fj_tensor t = {.struct_size = sizeof t, .data = buf - lo * (int64_t)es, .rank = rank, .strides = strides};
+		memcpy(t.sizes, sizes, sizeof sizes);
+		/* the walk: element e of the dense buffer is at its multi-index's offset */
+		memcpy(want, gather ? dense : buf, SPAN);
+		for (int64_t e = 0; e < n; e++) {
+			int64_t off = 0, r = e;
+			for (int k = rank - 1; k >= 0; k--) {
+				off += r % sizes[k] * strides[k];
+				r /= sizes[k];
+			}
+			unsigned char *at = (unsigned char *)t.data + off * (int64_t)es;
+			if (gather)
+				memcpy(want + e * (int64_t)es, at, es);
+			else
+				memcpy(want + (at - buf), dense + e * (int64_t)es, es);
+		}
+		fj_api_strided_copy(&t, dense, es, n, gather);
+		ck_assert_msg(memcmp(gather ? dense : buf, want, SPAN) == 0, "layout %d: rank %d, es %zu, %s", iter,
+		              rank, es, gather ? "gather" : "scatter");
+	}
+	free(buf);
+	free(want);
+	free(dense);
+}
+END_TEST
+
 Suite *suite_api(void)
 {
 	Suite *s = suite_create("api");
@@ -735,6 +808,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_compile_errors);
 	tcase_add_loop_test(tc, test_run, 0, 2);
 	tcase_add_test(tc, test_training);
+	tcase_add_test(tc, test_strided_copy);
 	tcase_add_loop_test(tc, test_saved_in_place, 0, 2);
 	tcase_add_test(tc, test_cache_settings);
 	tcase_add_test(tc, test_options);
