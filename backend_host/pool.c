@@ -16,6 +16,11 @@
  * The result is the non-zero value returned by the lowest-numbered failing
  * chunk (deterministic), or 0.
  *
+ * An embedder's runner (fj_context_set_parallel_runner) replaces the pool:
+ * a job then runs as one call of the runner, each of its threads taking
+ * chunks from the same counter, and no worker of fusejit's own is started.
+ * A job started inside a runner's body runs on its thread alone.
+ *
  * Fork: a child process inherits the pool but none of its workers (and maybe
  * a lock another thread held at the fork), so a pool created by another
  * process is never used: the child runs every job on the calling thread
@@ -29,8 +34,20 @@
 #include <unistd.h>
 
 #include "backend_host/host.h"
+#include "ir/context.h"
 
 #define FJ_POOL_MAX_THREADS 512
+
+/* One parallel_for: [0, extent) in nchunks chunks of `chunk`. */
+typedef struct job {
+	fj_host_task_fn fn;
+	void *arg;
+	int64_t extent, chunk, nchunks;
+	atomic_llong next;      /* the next chunk to take */
+	pthread_mutex_t lock;   /* guards err and err_chunk */
+	int64_t err_chunk;      /* lowest failing chunk */
+	int32_t err;
+} job;
 
 typedef struct fj_host_pool {
 	fj_context *ctx;
@@ -46,13 +63,7 @@ typedef struct fj_host_pool {
 	bool shutdown;
 	int active;             /* workers still inside the current job */
 	int want;               /* workers that take part in the current job */
-	/* the current job */
-	fj_host_task_fn fn;
-	void *arg;
-	int64_t extent, chunk, nchunks;
-	atomic_llong next;      /* the next chunk to take */
-	int64_t err_chunk;      /* lowest failing chunk (guarded by lock) */
-	int32_t err;
+	job *job;               /* the current job */
 } fj_host_pool;
 
 static int detect_cores(fj_context *ctx)
@@ -71,23 +82,23 @@ static int detect_cores(fj_context *ctx)
 	return n > FJ_POOL_MAX_THREADS ? FJ_POOL_MAX_THREADS : n;
 }
 
-/* Runs chunks of the current job until none is left. */
-static void run_chunks(fj_host_pool *p)
+/* Runs chunks of job j until none is left. */
+static void run_chunks(job *j)
 {
 	for (;;) {
-		long long c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-		if (c >= p->nchunks)
+		long long c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (c >= j->nchunks)
 			return;
-		int64_t lo = c * p->chunk;
-		int64_t hi = lo + p->chunk < p->extent ? lo + p->chunk : p->extent;
-		int32_t rc = p->fn(p->arg, lo, hi);
+		int64_t lo = c * j->chunk;
+		int64_t hi = lo + j->chunk < j->extent ? lo + j->chunk : j->extent;
+		int32_t rc = j->fn(j->arg, lo, hi);
 		if (rc) {
-			pthread_mutex_lock(&p->lock);
-			if (p->err == 0 || c < p->err_chunk) {
-				p->err = rc;
-				p->err_chunk = c;
+			pthread_mutex_lock(&j->lock);
+			if (j->err == 0 || c < j->err_chunk) {
+				j->err = rc;
+				j->err_chunk = c;
 			}
-			pthread_mutex_unlock(&p->lock);
+			pthread_mutex_unlock(&j->lock);
 		}
 	}
 }
@@ -102,6 +113,7 @@ static void *worker_main(void *varg)
 	fj_host_pool *p = ((worker_arg *)varg)->p;
 	int index = ((worker_arg *)varg)->index;
 	free(varg);
+	pthread_setname_np(pthread_self(), "fusejit-pool"); /* as top and gdb show it */
 	uint64_t seen = 0;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -112,8 +124,9 @@ static void *worker_main(void *varg)
 		seen = p->generation;
 		if (index >= p->want)
 			continue; /* not needed for this job */
+		job *j = p->job;
 		pthread_mutex_unlock(&p->lock);
-		run_chunks(p);
+		run_chunks(j);
 		pthread_mutex_lock(&p->lock);
 		if (--p->active == 0)
 			pthread_cond_signal(&p->done);
@@ -159,7 +172,6 @@ static fj_status pool_create(fj_context *ctx, void **out)
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	pthread_cond_init(&p->done, NULL);
-	atomic_init(&p->next, 0);
 	for (int i = 0; i < p->nthreads - 1; i++) {
 		worker_arg *wa = malloc(sizeof *wa);
 		if (!wa)
@@ -186,8 +198,57 @@ static fj_host_pool *get_pool(fj_context *ctx)
 
 int fj_host_thread_count(fj_context *ctx)
 {
+	if (ctx->runner)
+		return ctx->runner_pid == (long)getpid() ? detect_cores(ctx) : 1;
 	fj_host_pool *p = get_pool(ctx);
 	return p && p->pid == getpid() ? p->nworkers + 1 : 1;
+}
+
+/* True on a thread running a runner's body: a job it starts runs there. */
+static _Thread_local bool in_runner;
+
+static void runner_body(void *vj)
+{
+	bool was = in_runner;
+	in_runner = true;
+	run_chunks(vj);
+	in_runner = was;
+}
+
+/* Cuts [0, extent) into chunks of at least grain for `threads` threads (at
+ * most 4 chunks each); returns how many threads have a chunk to take. */
+static int plan(job *j, int threads, int64_t extent, int64_t grain)
+{
+	int64_t maxchunks = (int64_t)threads * 4;
+	int64_t nchunks = extent / grain; /* every chunk at least `grain` */
+	if (nchunks > maxchunks)
+		nchunks = maxchunks;
+	if (nchunks < 1)
+		nchunks = 1;
+	int64_t chunk = extent / nchunks + (extent % nchunks != 0);
+	j->extent = extent;
+	j->chunk = chunk;
+	j->nchunks = extent / chunk + (extent % chunk != 0);
+	atomic_init(&j->next, 0);
+	j->err = 0;
+	j->err_chunk = 0;
+	return threads < j->nchunks ? threads : (int)j->nchunks;
+}
+
+/* The job on the embedder's runner (fj_context_set_parallel_runner). */
+static int32_t run_on_runner(fj_context *ctx, int threads, int64_t extent, int64_t grain, fj_host_task_fn fn,
+                             void *arg)
+{
+	if (in_runner || ctx->runner_pid != (long)getpid())
+		return fn(arg, 0, extent); /* nested in a body, or a forked child */
+	job j = {.fn = fn, .arg = arg};
+	int n = plan(&j, threads < FJ_POOL_MAX_THREADS ? threads : FJ_POOL_MAX_THREADS, extent, grain);
+	if (n <= 1)
+		return fn(arg, 0, extent);
+	pthread_mutex_init(&j.lock, NULL);
+	ctx->runner(runner_body, &j, (unsigned)n, 0);
+	pthread_mutex_destroy(&j.lock);
+	return j.err;
 }
 
 int32_t fj_host_parallel_for(fj_context *ctx, int threads, int64_t extent, int64_t grain,
@@ -199,49 +260,37 @@ int32_t fj_host_parallel_for(fj_context *ctx, int threads, int64_t extent, int64
 		grain = 1;
 	if (threads <= 1 || extent <= grain)
 		return fn(arg, 0, extent);
+	if (ctx->runner)
+		return run_on_runner(ctx, threads, extent, grain, fn, arg);
 	fj_host_pool *p = get_pool(ctx);
 	if (!p || p->nworkers == 0 || p->pid != getpid() || pthread_mutex_trylock(&p->busy) != 0)
 		return fn(arg, 0, extent); /* no pool, a forked child's, or busy: run here */
 	if (threads > p->nworkers + 1)
 		threads = p->nworkers + 1;
-	int64_t maxchunks = (int64_t)threads * 4;
-	int64_t nchunks = extent / grain; /* every chunk at least `grain` */
-	if (nchunks > maxchunks)
-		nchunks = maxchunks;
-	if (nchunks < 1)
-		nchunks = 1;
-	int64_t chunk = extent / nchunks + (extent % nchunks != 0);
-	nchunks = extent / chunk + (extent % chunk != 0);
-	int want = threads - 1;
-	if (want > nchunks - 1)
-		want = (int)(nchunks - 1);
+	job j = {.fn = fn, .arg = arg};
+	int want = plan(&j, threads, extent, grain) - 1;
 	if (want <= 0) {
 		pthread_mutex_unlock(&p->busy);
 		return fn(arg, 0, extent);
 	}
+	pthread_mutex_init(&j.lock, NULL);
 
 	pthread_mutex_lock(&p->lock);
-	p->fn = fn;
-	p->arg = arg;
-	p->extent = extent;
-	p->chunk = chunk;
-	p->nchunks = nchunks;
-	atomic_store(&p->next, 0);
-	p->err = 0;
-	p->err_chunk = 0;
+	p->job = &j;
 	p->want = want;
 	p->active = want;
 	p->generation++;
 	pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->lock);
 
-	run_chunks(p);
+	run_chunks(&j);
 
 	pthread_mutex_lock(&p->lock);
 	while (p->active > 0)
 		pthread_cond_wait(&p->done, &p->lock);
-	int32_t err = p->err;
+	p->job = NULL;
 	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_unlock(&p->busy);
-	return err;
+	pthread_mutex_destroy(&j.lock);
+	return j.err;
 }

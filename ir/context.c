@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "context.h"
 
@@ -151,6 +152,12 @@ void fj_context_set_diag_handler(fj_context *ctx, fj_diag_fn fn, void *ud)
 {
 	ctx->diag_fn = fn;
 	ctx->diag_ud = ud;
+}
+
+void fj_context_set_parallel_runner(fj_context *ctx, fj_parallel_runner run)
+{
+	ctx->runner = run;
+	ctx->runner_pid = (long)getpid();
 }
 
 size_t fj_context_diagnostic_count(const fj_context *ctx) { return ctx->ndiags; }

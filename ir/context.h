@@ -21,6 +21,8 @@ struct fj_context {
 	fj_arena op_arena;
 	pthread_mutex_t lock; /* guards diagnostics and slots */
 	fj_settings settings;
+	fj_parallel_runner runner; /* fj_context_set_parallel_runner, or NULL: the pool */
+	long runner_pid;            /* the process that set it (a forked child does not use it) */
 	struct {
 		void *p;
 		void (*destroy)(fj_context *ctx, void *p);

@@ -159,6 +159,21 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  * an unknown option or a bad value (the message names both). */
 FJ_API fj_status fj_context_set_option(fj_context *ctx, const char *name, const char *value);
 
+/* Host parallelism on the embedder's threads. By default the host executor
+ * runs its kernels on a pool of threads of its own (option threads). A runner
+ * replaces that pool: it calls body(arg) once on each of nthreads threads, the
+ * calling thread one of them, and returns when every call has returned; flags
+ * is 0. GOMP_parallel, of the OpenMP runtime a process already uses (libgomp;
+ * LLVM's libomp and Intel's libiomp5 export it too), is such a runner: with
+ * it, fusejit's kernels and that runtime's share one team of threads instead
+ * of two teams contending for the cores (an OpenMP worker spin-waits for a
+ * while after each of its parallel regions). The PyTorch bridge installs
+ * PyTorch's. NULL: back to fusejit's own pool. Set it before the context runs
+ * programs. A kernel started inside a body runs on its calling thread alone;
+ * a forked child runs every kernel on its calling thread, as with the pool. */
+typedef void (*fj_parallel_runner)(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags);
+FJ_API void fj_context_set_parallel_runner(fj_context *ctx, fj_parallel_runner run);
+
 /* ======================================================================
  * Version
  * ====================================================================== */

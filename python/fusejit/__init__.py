@@ -105,6 +105,12 @@ class Context(_Owner):
     def error(self):
         return self._lib.fj_context_error(self._ptr).decode(errors="replace")
 
+    def set_parallel_runner(self, address):
+        """Host kernels run on an embedder's threads: address (an int) is a C function
+        with GOMP_parallel's signature, fj_context_set_parallel_runner's runner; None:
+        back to fusejit's own pool. Set it before running programs."""
+        self._lib.fj_context_set_parallel_runner(self._ptr, address)
+
     def parse(self, text, name="<python>"):
         m = ctypes.c_void_p()
         data = text.encode() if isinstance(text, str) else bytes(text)

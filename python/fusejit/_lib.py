@@ -120,6 +120,7 @@ def _declare(lib):
         "fj_context_clear_diagnostics": (None, [vp]),
         "fj_context_set_cache": (i32, [vp, cp, ctypes.c_uint64]),
         "fj_context_cache_stats": (None, [vp, ctypes.POINTER(CacheStats)]),
+        "fj_context_set_parallel_runner": (None, [vp, vp]),
         "fj_module_parse": (i32, [vp, cp, sz, cp, pp]),
         "fj_module_parse_file": (i32, [vp, cp, pp]),
         "fj_module_destroy": (None, [vp]),

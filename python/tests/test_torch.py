@@ -829,3 +829,41 @@ def test_nll_loss_2d(reduction):
     # the target is an input (a tensor captured by the function is a constant to aot_function)
     check(lambda x, w, tt: F.nll_loss(F.log_softmax(x, 1), tt, weight=w, ignore_index=1, reduction=reduction),
           rnd(2, 4, 3, 5), rnd(4, grad=False).abs() + 0.5, t)
+
+
+_THREADS_SCRIPT = """
+import os, sys, torch
+import fusejit.torch as fjt
+if sys.argv[1] == "own":
+    fjt.context().set_parallel_runner(None)
+x = torch.randn(1 << 20)
+torch.tanh(x).add_(1)  # PyTorch's parallel ops start its team
+f = fjt.aot_fusejit(lambda a: torch.sigmoid(a) * a + 1, executor="host")
+for _ in range(3):
+    torch.testing.assert_close(f(x), torch.sigmoid(x) * x + 1)
+print(" ".join(sorted(open("/proc/self/task/%s/comm" % t).read().strip() for t in os.listdir("/proc/self/task"))))
+"""
+
+
+def test_kernels_run_on_pytorchs_openmp_threads():
+    """Where ATen runs on OpenMP, the bridge's host kernels run on PyTorch's team of
+    threads (GOMP_parallel as the context's runner): fusejit starts no pool of its own
+    (its workers are named fusejit-pool), unless the runner is taken away."""
+    import os
+    import subprocess
+    import sys
+    if "OpenMP" not in torch.__config__.parallel_info() or not os.path.isdir("/proc/self/task"):
+        pytest.skip("ATen is not on OpenMP here, or no /proc")
+    if FRONT != FRONTS[0]:
+        pytest.skip("the same check as under %s (the front does not matter)" % FRONTS[0])
+    assert fjt.openmp_runner() is not None
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fjt.__file__))),
+               OMP_NUM_THREADS="2", FUSEJIT_THREADS="2")
+
+    def names(how):
+        r = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, how], env=env, capture_output=True, text=True,
+                           timeout=240)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+    assert "fusejit-pool" not in names("openmp")
+    assert "fusejit-pool" in names("own")

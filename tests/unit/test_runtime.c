@@ -4,7 +4,9 @@
  * host and nvptx on the emulator bind and run alike), the nvptx executor's
  * stream rules on a device that queues, and --check=f64's measure (wrong
  * results fail it, rounding does not). */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -316,6 +318,126 @@ START_TEST(test_pool)
 	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "1"), FJ_OK);
 	ck_assert_int_eq(fj_host_thread_count(ctx), 1);
 	fj_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- an embedder's runner instead of the pool ---- */
+
+static atomic_int runner_calls;   /* runs of test_runner */
+static atomic_int runner_threads; /* bodies it started */
+
+typedef struct runner_thread {
+	void (*body)(void *);
+	void *arg;
+} runner_thread;
+
+static void *runner_main(void *v)
+{
+	runner_thread *t = v;
+	t->body(t->arg);
+	return NULL;
+}
+
+/* A runner of the documented contract: body on nthreads threads, the caller
+ * one of them, back when all have returned. */
+static void test_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
+{
+	ck_assert_uint_eq(flags, 0);
+	atomic_fetch_add(&runner_calls, 1);
+	atomic_fetch_add(&runner_threads, (int)nthreads);
+	pthread_t tid[16];
+	runner_thread t = {body, arg};
+	unsigned n = nthreads < 16 ? nthreads : 16;
+	for (unsigned i = 1; i < n; i++)
+		ck_assert_int_eq(pthread_create(&tid[i], NULL, runner_main, &t), 0);
+	body(arg);
+	for (unsigned i = 1; i < n; i++)
+		pthread_join(tid[i], NULL);
+}
+
+typedef struct nest_arg {
+	fj_context *ctx;
+	pool_arg *inner;
+	atomic_int inner_rc;
+} nest_arg;
+
+/* Each chunk starts a job of its own: it must run on this thread alone. */
+static int32_t nest_task(void *varg, int64_t lo, int64_t hi)
+{
+	nest_arg *a = varg;
+	(void)lo;
+	(void)hi;
+	int before = atomic_load(&runner_calls);
+	int32_t rc = fj_host_parallel_for(a->ctx, 4, 100000, 1000, pool_task, a->inner);
+	if (atomic_load(&runner_calls) != before)
+		rc = 99; /* the nested job went to the runner */
+	atomic_fetch_or(&a->inner_rc, rc);
+	return 0;
+}
+
+/* Every element once, more than one chunk, the error of the lowest failing chunk. */
+static void check_jobs(fj_context *ctx, atomic_int *hits, int n)
+{
+	for (int round = 0; round < 20; round++) {
+		pool_arg a = {hits, 0, -1};
+		memset(hits, 0, (size_t)n * sizeof *hits);
+		ck_assert_int_eq(fj_host_parallel_for(ctx, 4, n, 1000, pool_task, &a), 0);
+		int bad = 0;
+		for (int i = 0; i < n; i++)
+			bad += atomic_load(&hits[i]) != 1;
+		ck_assert_int_eq(bad, 0);
+		ck_assert_int_ge(atomic_load(&a.calls), 2);
+	}
+	pool_arg f = {hits, 0, n / 2};
+	int32_t rc = fj_host_parallel_for(ctx, 4, n, 1000, pool_task, &f);
+	ck_assert_int_gt(rc, 0);
+	ck_assert_int_le(rc, 1 + n / 2 / 1000);
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, n, 1000, pool_task, &f), rc);
+}
+
+START_TEST(test_parallel_runner)
+{
+	fj_context *ctx = fj_context_create(NULL, NULL);
+	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "4"), FJ_OK);
+	fj_context_set_parallel_runner(ctx, test_runner);
+	ck_assert_int_eq(fj_host_thread_count(ctx), 4);
+	enum { N = 100000 };
+	atomic_int *hits = calloc(N, sizeof *hits);
+	atomic_store(&runner_calls, 0);
+	atomic_store(&runner_threads, 0);
+	check_jobs(ctx, hits, N);
+	ck_assert_int_eq(atomic_load(&runner_calls), 20 + 2);
+	ck_assert_int_eq(atomic_load(&runner_threads), 4 * (20 + 2));
+	/* one chunk's worth, or threads = 1: the caller, no runner */
+	pool_arg s = {hits, 0, -1};
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 500, 1000, pool_task, &s), 0);
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 1, N, 1000, pool_task, &s), 0);
+	ck_assert_int_eq(atomic_load(&s.calls), 2);
+	ck_assert_int_eq(atomic_load(&runner_calls), 22);
+	/* a job started inside a body runs on that thread */
+	pool_arg inner = {hits, 0, -1};
+	memset(hits, 0, N * sizeof *hits);
+	nest_arg na = {ctx, &inner, 0};
+	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 8, 1, nest_task, &na), 0);
+	ck_assert_int_eq(atomic_load(&na.inner_rc), 0);
+	ck_assert_int_eq(atomic_load(&inner.calls), 8);
+	/* NULL: the pool again */
+	fj_context_set_parallel_runner(ctx, NULL);
+	int calls = atomic_load(&runner_calls);
+	check_jobs(ctx, hits, N);
+	ck_assert_int_eq(atomic_load(&runner_calls), calls);
+	/* GOMP_parallel itself, where libgomp is installed (the bridge passes PyTorch's) */
+	void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (gomp) {
+		fj_parallel_runner run;
+		*(void **)&run = dlsym(gomp, "GOMP_parallel");
+		ck_assert_ptr_nonnull(*(void **)&run);
+		fj_context_set_parallel_runner(ctx, run);
+		check_jobs(ctx, hits, N);
+		fj_context_set_parallel_runner(ctx, NULL);
+	}
+	free(hits);
+	fj_context_destroy(ctx); /* libgomp stays loaded: its threads outlive the test */
 }
 END_TEST
 
@@ -893,6 +1015,7 @@ Suite *suite_runtime(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_add_test(tc, test_pool);
+	tcase_add_test(tc, test_parallel_runner);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("program");
 	tcase_set_timeout(tc, 60);
