@@ -126,43 +126,39 @@ static V poly(pm *p, V x, const double *c, int n)
 	return estrin(p, c, n, pw);
 }
 
-static V imax_(pm *p, V a, V b) { V args[2] = {a, b}; return intr(p, "llvm.smax", args, 2); }
-static V imin_(pm *p, V a, V b) { V args[2] = {a, b}; return intr(p, "llvm.smin", args, 2); }
-
 /* The shifter 1.5 * 2^23: for |v| < 2^22, v + SHIFTER rounds v to an integer
  * (ties to even) held in the low bits of the sum's significand. */
 #define SHIFTER 12582912.0
 #define SHIFTER_BITS 0x4B400000
 
-/* x * 2^n for x in [0.5, 2) (or NaN) and an i32 n in [-151, 129]: two
- * normal factors, x * 2^(n - nc) exact, then one rounding by 2^nc (nc = n
- * clamped to the normal exponents), so denormal results round once and
- * large ones overflow to inf. A NaN x stays NaN whatever n holds. */
-static V scale2(pm *p, V x, V n)
+/* x * 2^n for x in [0.5, 2) (or NaN) and n in [-151, 129], given by its
+ * shifter sum t = n + SHIFTER: two normal factors 2^h and 2^(n - h), h =
+ * floor(n / 2) (both exponents in [-76, 65]): x * 2^h is exact, and the one
+ * rounding by 2^(n - h) makes denormal results round once and large ones
+ * overflow to inf. t's bits shifted left by 23 are n << 23 (SHIFTER_BITS
+ * << 23 wraps to 0), so the factors come from t with integer ops alone: 8
+ * ops, where clamping n to the normal exponents took 10. A NaN x stays NaN
+ * whatever t holds. */
+static V scale2(pm *p, V x, V t)
 {
-	V nc = imin_(p, imax_(p, n, icst(p, -126)), icst(p, 127));
-	V s1 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, nc, icst(p, 127), ""), icst(p, 23), ""), p->ty, "");
-	V d = LLVMBuildAdd(B, LLVMBuildSub(B, n, nc, ""), icst(p, 127), "");
-	V s2 = LLVMBuildBitCast(B, LLVMBuildShl(B, d, icst(p, 23), ""), p->ty, "");
-	return mul(p, mul(p, x, s2), s1);
-}
-
-/* The integer n of a shifter sum t = n + SHIFTER. */
-static V shifter_int(pm *p, V t)
-{
-	return LLVMBuildSub(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, SHIFTER_BITS), "");
+	V nb = LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), "");    /* n << 23 */
+	V hb = LLVMBuildShl(B, LLVMBuildAShr(B, nb, icst(p, 24), ""), icst(p, 23), ""); /* h << 23 */
+	V s1 = LLVMBuildBitCast(B, LLVMBuildAdd(B, hb, icst(p, 0x3f800000), ""), p->ty, "");
+	V s2 = LLVMBuildBitCast(B, LLVMBuildAdd(B, LLVMBuildSub(B, nb, hb, ""), icst(p, 0x3f800000), ""), p->ty, "");
+	return mul(p, mul(p, x, s1), s2);
 }
 
 /* e^r for |r| <= ln2/2 (+ rounding): 1 + r + r^2 P(r), P of degree 4
  * fitted here (iteratively reweighted least squares towards minimax
  * relative error): its own error is below 0.03 ulp, one FMA less than the
- * degree-5 P of Cephes' expf. */
+ * degree-5 P of Cephes' expf. Evaluated as 1 + r (1 + r P(r)): six FMAs,
+ * where r + r^2 P(r), then + 1, took a multiply and an add more. */
 static V exp_core(pm *p, V r)
 {
 	static const double c[] = {1.3814534778e-3, 8.3687459663e-3, 4.1668390920e-2, 1.6666520391e-1,
 	                           4.9999993431e-1};
-	V z = mul(p, r, r);
-	return add(p, fma3(p, poly(p, r, c, 5), z, r), cst(p, 1.0));
+	V q = fma3(p, poly(p, r, c, 5), r, cst(p, 1.0));
+	return fma3(p, q, r, cst(p, 1.0));
 }
 
 static V clampf(pm *p, V x, double lo, double hi)
@@ -181,7 +177,7 @@ static V p_exp(pm *p, V x)
 	V n = sub(p, t, cst(p, SHIFTER));
 	V r = fma3(p, n, cst(p, -0.693359375), xc);
 	r = fma3(p, n, cst(p, 2.12194440e-4), r);
-	return scale2(p, exp_core(p, r), shifter_int(p, t));
+	return scale2(p, exp_core(p, r), t);
 }
 
 static V p_exp2(pm *p, V x)
@@ -189,7 +185,7 @@ static V p_exp2(pm *p, V x)
 	V xc = clampf(p, x, -151.0, 129.0);
 	V t = add(p, xc, cst(p, SHIFTER));
 	V r = mul(p, sub(p, xc, sub(p, t, cst(p, SHIFTER))), cst(p, M_LN2));
-	return scale2(p, exp_core(p, r), shifter_int(p, t));
+	return scale2(p, exp_core(p, r), t);
 }
 
 static V p_expm1(pm *p, V x)
