@@ -23,14 +23,22 @@ typedef struct kblock {
 	bool blocked;          /* the innermost K loop is blocked */
 	int which[FJ_RG_MAX_REDS];          /* reduction index of blk[i] */
 	fj_rg_acc blk[FJ_RG_MAX_REDS];      /* f32 block accumulators */
-	LLVMValueRef nan[FJ_RG_MAX_REDS];   /* max/min blocks: "a NaN was seen" (i8 variable), else NULL */
+	bool minmax[FJ_RG_MAX_REDS];        /* blk[i] is a max / min block (block_minmax_step) */
+	LLVMValueRef nan[FJ_RG_MAX_REDS];   /* max/min blocks with mask registers: "a NaN was seen" (i8), else NULL */
 } kblock;
 
-/* Block accumulators: f32 sums (above), and f32 max / min, which within a
- * block skip NaNs (noted in a flag) so that they compare with nnan selects:
- * one vmaxps per vector instead of llvm.maximum's NaN and signed-zero
- * handling in the loop-carried chain; a block with a NaN merges as NaN. */
-static bool block_acc(hctx *h, const fj_rg_acc *acc, fj_rg_acc *blk, LLVMValueRef *nan)
+/* Block accumulators: f32 sums (above), and f32 max / min. With AVX-512's
+ * mask registers a max / min block skips NaNs, noting them in a flag (an
+ * i8 set by a select, which the vectoriser makes an any-of reduction in mask
+ * registers), so that it compares with nnan selects: one vmaxps per vector
+ * instead of llvm.maximum's NaN and signed-zero handling in the
+ * loop-carried chain; a block with a NaN merges as NaN. Without mask
+ * registers (AVX2) that any-of reduction packs each vector's compare down
+ * to bytes (vextractf128, vpackssdw, por: with the select of -inf, six ops
+ * per vector in softmax's max pass), so there the block is llvm.maximum
+ * without signed zeros, which propagates the NaN itself: vmaxps, vcmpunordps,
+ * vblendvps. */
+static bool block_acc(hctx *h, const fj_rg_acc *acc, fj_rg_acc *blk, bool *is_minmax, LLVMValueRef *nan)
 {
 	bool sum = (acc->kind == FJ_RG_RED_SUM || acc->kind == FJ_RG_RED_VAR_MEAN) && acc->acc_dt == FJ_DT_F64;
 	bool minmax = (acc->kind == FJ_RG_RED_MAX || acc->kind == FJ_RG_RED_MIN) && acc->acc_dt == FJ_DT_F32;
@@ -43,7 +51,8 @@ static bool block_acc(hctx *h, const fj_rg_acc *acc, fj_rg_acc *blk, LLVMValueRe
 		blk->var[i] = fj_cg_var(h->cg, h->cg->t_f32, NULL, "bacc");
 	}
 	blk->shift = NULL; /* set per block by kblock_begin */
-	*nan = minmax ? fj_cg_var(h->cg, h->cg->t_i8, NULL, "bnan") : NULL;
+	*is_minmax = minmax;
+	*nan = minmax && h->cg->target->vector_bits >= 512 ? fj_cg_var(h->cg, h->cg->t_i8, NULL, "bnan") : NULL;
 	return true;
 }
 
@@ -52,6 +61,17 @@ static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, LLVMVal
 {
 	fj_cg *cg = h->cg;
 	bool max = blk->kind == FJ_RG_RED_MAX;
+	if (!nan) {
+		const char *name = max ? "llvm.maximum" : "llvm.minimum";
+		unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+		LLVMTypeRef ty = cg->t_f32;
+		LLVMValueRef args[2] = {fj_cg_get(cg, blk->var[0], cg->t_f32), x};
+		LLVMValueRef next = LLVMBuildCall2(BB, LLVMIntrinsicGetType(cg->llctx, id, &ty, 1),
+		                                   LLVMGetIntrinsicDeclaration(cg->mod, id, &ty, 1), args, 2, "");
+		LLVMSetFastMathFlags(next, LLVMFastMathNoSignedZeros);
+		fj_cg_set(cg, blk->var[0], next);
+		return;
+	}
 	LLVMValueRef isnan = LLVMBuildFCmp(BB, LLVMRealUNO, x, x, "");
 	LLVMValueRef xs = LLVMBuildSelect(BB, isnan, LLVMConstReal(cg->t_f32, max ? -__builtin_inf() : __builtin_inf()),
 	                                  x, "");
@@ -121,7 +141,7 @@ static void kblock_begin(hctx *h, kblock *kb, fj_rg_acc *accs, int ph, LLVMValue
 	const fj_rg_analysis *a = h->a;
 	kb->nblk = 0;
 	for (int i = 0; i < a->nreds; i++)
-		if (a->red_phase[i] == ph && block_acc(h, &accs[i], &kb->blk[kb->nblk], &kb->nan[kb->nblk]))
+		if (a->red_phase[i] == ph && block_acc(h, &accs[i], &kb->blk[kb->nblk], &kb->minmax[kb->nblk], &kb->nan[kb->nblk]))
 			kb->which[kb->nblk++] = i;
 	kb->blocked = kb->nblk > 0;
 	knest *kn = &kb->kn;
@@ -165,7 +185,7 @@ static void kb_step(hctx *h, kblock *kb, fj_rg_acc *accs, int i, LLVMValueRef x,
 {
 	for (int j = 0; j < kb->nblk; j++)
 		if (kb->which[j] == i) {
-			if (kb->nan[j])
+			if (kb->minmax[j])
 				block_minmax_step(h, &kb->blk[j], kb->nan[j], x);
 			else
 				fj_rg_acc_step(&h->r, &kb->blk[j], x, pos);
@@ -189,7 +209,7 @@ static void kblock_end(hctx *h, kblock *kb, fj_rg_acc *accs)
 						LLVMValueRef seen = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(h->cg, kb->nan[j], h->cg->t_i8),
 						                                  LLVMConstInt(h->cg->t_i8, 0, 0), "");
 						v[0] = LLVMBuildSelect(BB, seen, LLVMConstReal(h->cg->t_f32, __builtin_nan("")), v[0], "");
-					} else {
+					} else if (!kb->minmax[j]) {
 						for (int q = 0; q < kb->blk[j].n; q++)
 							v[q] = LLVMBuildFPExt(BB, v[q], h->cg->t_f64, "");
 					}
