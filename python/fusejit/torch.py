@@ -55,7 +55,7 @@ def openmp_runner():
     own, each OpenMP worker spin-waits for a while after PyTorch's parallel ops and
     takes a core from fusejit's threads (the SDPA backward [1,8,512,64] on 2 cores ran
     at 1.4x its time alone)."""
-    if "OpenMP" not in torch.__config__.parallel_info():
+    if "ATen parallel backend: OpenMP" not in torch.__config__.parallel_info():
         return None
     try:
         with open("/proc/self/maps") as f:
