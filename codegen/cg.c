@@ -192,6 +192,12 @@ static LLVMValueRef call_intrinsic(fj_cg *cg, const char *name, LLVMTypeRef *tys
 	return LLVMBuildCall2(cg->b, fty, f, args, nargs, "");
 }
 
+LLVMValueRef fj_cg_intrinsic(fj_cg *cg, const char *name, LLVMValueRef *args, unsigned nargs)
+{
+	LLVMTypeRef ty = LLVMTypeOf(args[0]);
+	return call_intrinsic(cg, name, &ty, 1, args, nargs);
+}
+
 /* float -> bf16 -> float: round to nearest even by integer ops, NaN kept quiet. */
 static LLVMValueRef bf16_bits(fj_cg *cg, LLVMValueRef f32v)
 {

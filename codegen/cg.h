@@ -119,6 +119,9 @@ LLVMValueRef fj_cg_i64(fj_cg *cg, int64_t v);
 LLVMValueRef fj_cg_i32(fj_cg *cg, int32_t v);
 /* A constant of dtype dt's compute type with value f (floats) or i (ints, bool). */
 LLVMValueRef fj_cg_const(fj_cg *cg, fj_dtype dt, double f, int64_t i);
+/* A call of intrinsic `name` (llvm.maximum, llvm.fma ...) overloaded on the
+ * type of args[0]. */
+LLVMValueRef fj_cg_intrinsic(fj_cg *cg, const char *name, LLVMValueRef *args, unsigned nargs);
 /* A literal scalar converted to dtype `to`'s compute type (PyTorch rules). */
 LLVMValueRef fj_cg_literal(fj_cg *cg, const fj_literal *lit, fj_dtype to);
 /* Converts a compute value from dtype `from` to dtype `to` (PyTorch/C

@@ -78,15 +78,7 @@ static double attr_f(fj_cg *cg, const fj_node *n, const char *name, double dflt)
 
 static V cf(fj_cg *cg, fj_dtype dt, double f) { return fj_cg_const(cg, dt, f, (int64_t)f); }
 
-static V intrin(fj_cg *cg, const char *name, V *args, unsigned nargs)
-{
-	unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-	FJ_ASSERT(id != 0);
-	LLVMTypeRef ty = LLVMTypeOf(args[0]);
-	LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, &ty, 1);
-	LLVMTypeRef fty = LLVMIntrinsicGetType(cg->llctx, id, &ty, 1);
-	return LLVMBuildCall2(cg->b, fty, f, args, nargs, "");
-}
+static V intrin(fj_cg *cg, const char *name, V *args, unsigned nargs) { return fj_cg_intrinsic(cg, name, args, nargs); }
 static V intrin1(fj_cg *cg, const char *name, V x) { return intrin(cg, name, &x, 1); }
 static V intrin2(fj_cg *cg, const char *name, V x, V y)
 {

@@ -63,14 +63,7 @@ static V icst(pm *p, int32_t v)
 	return c;
 }
 
-static V intr(pm *p, const char *name, V *args, unsigned n)
-{
-	unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-	LLVMTypeRef ty = LLVMTypeOf(args[0]);
-	V f = LLVMGetIntrinsicDeclaration(p->cg->mod, id, &ty, 1);
-	LLVMTypeRef fty = LLVMIntrinsicGetType(p->cg->llctx, id, &ty, 1);
-	return LLVMBuildCall2(B, fty, f, args, n, "");
-}
+static V intr(pm *p, const char *name, V *args, unsigned n) { return fj_cg_intrinsic(p->cg, name, args, n); }
 static V intr1(pm *p, const char *name, V x) { return intr(p, name, &x, 1); }
 
 static V add(pm *p, V a, V b) { return LLVMBuildFAdd(B, a, b, ""); }

@@ -26,12 +26,8 @@ static LLVMValueRef fmul_reassoc(fj_rg *r, LLVMValueRef x, LLVMValueRef y)
 
 static LLVMValueRef intrinsic2(fj_rg *r, const char *name, LLVMValueRef x, LLVMValueRef y)
 {
-	unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-	LLVMTypeRef ty = LLVMTypeOf(x);
-	LLVMValueRef f = LLVMGetIntrinsicDeclaration(r->cg->mod, id, &ty, 1);
-	LLVMTypeRef fty = LLVMIntrinsicGetType(r->cg->llctx, id, &ty, 1);
 	LLVMValueRef args[2] = {x, y};
-	return LLVMBuildCall2(B, fty, f, args, 2, "");
+	return fj_cg_intrinsic(r->cg, name, args, 2);
 }
 
 static bool is_unsigned_dt(fj_dtype dt) { return dt == FJ_DT_U8 || dt == FJ_DT_BOOL; }

@@ -62,12 +62,8 @@ static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, LLVMVal
 	fj_cg *cg = h->cg;
 	bool max = blk->kind == FJ_RG_RED_MAX;
 	if (!nan) {
-		const char *name = max ? "llvm.maximum" : "llvm.minimum";
-		unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-		LLVMTypeRef ty = cg->t_f32;
 		LLVMValueRef args[2] = {fj_cg_get(cg, blk->var[0], cg->t_f32), x};
-		LLVMValueRef next = LLVMBuildCall2(BB, LLVMIntrinsicGetType(cg->llctx, id, &ty, 1),
-		                                   LLVMGetIntrinsicDeclaration(cg->mod, id, &ty, 1), args, 2, "");
+		LLVMValueRef next = fj_cg_intrinsic(cg, max ? "llvm.maximum" : "llvm.minimum", args, 2);
 		LLVMSetFastMathFlags(next, LLVMFastMathNoSignedZeros);
 		fj_cg_set(cg, blk->var[0], next);
 		return;
