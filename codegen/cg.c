@@ -532,6 +532,12 @@ LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef 
 	return cg->target->math(cg, fn, args);
 }
 
+LLVMValueRef fj_cg_exp_nonpos(fj_cg *cg, LLVMValueRef x)
+{
+	LLVMValueRef v = cg->target->region_exp_nonpos ? cg->target->region_exp_nonpos(cg, x) : NULL;
+	return v ? v : fj_cg_math1(cg, FJ_MATH_EXP, x);
+}
+
 /* ---- host libm and LLVM's native target ---- */
 
 static const char *const libm_names[FJ_MATH_COUNT][2] = {

@@ -62,6 +62,11 @@ typedef struct fj_cg_target {
 	/* Math inside fused regions (host: inline polynomials that vectorize,
 	 * fj_cg_poly_math); NULL: `math`. */
 	LLVMValueRef (*region_math)(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
+	/* e^x inside fused regions for an x known to be <= 0 or NaN (a value
+	 * minus its row's max), bit for bit region_math's exp there, cheaper;
+	 * NULL, or a NULL result (a type it has no such form for): region_math's
+	 * exp (fj_cg_exp_nonpos). */
+	LLVMValueRef (*region_exp_nonpos)(fj_cg *cg, LLVMValueRef x);
 	/* GPU: i32 thread index, block index, block size, grid size on axis 0..2. */
 	LLVMValueRef (*thread_idx)(fj_cg *cg, int axis);
 	LLVMValueRef (*block_idx)(fj_cg *cg, int axis);
@@ -234,6 +239,9 @@ fj_dtype fj_cg_pointwise_dtype(const fj_graph *g, const fj_node *n);
 /* Math through the target hook, for float/double values. */
 LLVMValueRef fj_cg_math1(fj_cg *cg, fj_cg_math fn, LLVMValueRef x);
 LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef y);
+/* e^x for an x that is <= 0 or NaN at every point (fj_cg_target's
+ * region_exp_nonpos, else FJ_MATH_EXP). */
+LLVMValueRef fj_cg_exp_nonpos(fj_cg *cg, LLVMValueRef x);
 /* The libm name of math function fn ("expf" or "exp" when dbl), for the
  * targets that JIT for the host (the host backend and the NVPTX emulator). */
 const char *fj_cg_libm_name(fj_cg_math fn, bool dbl);
@@ -244,6 +252,9 @@ bool fj_cg_native_init(void);
  * scalar or vector, a few ulp, no calls (so loops vectorize); NULL when no
  * polynomial exists for fn or the type (f64 is left to the target's libm). */
 LLVMValueRef fj_cg_poly_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
+/* Its exp for an x known to be <= 0 or NaN (fj_cg_target's
+ * region_exp_nonpos); NULL unless x is f32. */
+LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x);
 
 /* ---- kernels ---- */
 typedef struct fj_cg_operand {

@@ -8,7 +8,9 @@
  * wide ranges, measured against double precision (tests/unit/test_region.c
  * reports them):
  *   exp, exp2   Cody-Waite reduction by ln2 (n from a shifter sum), a degree-6
- *               polynomial, scaled by 2^n in two steps (denormal results) -- ~1 ulp
+ *               polynomial, scaled by 2^n in two steps (denormal results) -- ~1 ulp;
+ *               exp of an argument <= 0 (fj_cg_poly_exp_nonpos) the same bits
+ *               in fewer ops
  *   expm1       Cephes expm1f polynomial on [-0.5, 0.5], exp(x) - 1 outside -- ~1.5 ulp
  *   log, log2, log10   Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9) -- ~1 ulp
  *   log1p       log(1 + x) * x / ((1 + x) - 1) (Goldberg's trick) -- ~2 ulp
@@ -145,13 +147,23 @@ static V scale2(pm *p, V x, V t)
  * fitted here (iteratively reweighted least squares towards minimax
  * relative error): its own error is below 0.03 ulp, one FMA less than the
  * degree-5 P of Cephes' expf. Evaluated as 1 + r (1 + r P(r)): six FMAs,
- * where r + r^2 P(r), then + 1, took a multiply and an add more. */
-static V exp_core(pm *p, V r)
+ * where r + r^2 P(r), then + 1, took a multiply and an add more. Times
+ * `scale`, a power of 2 that keeps every step normal: every coefficient
+ * scaled, so the same roundings give exactly scale e^r. */
+static V exp_core_scaled(pm *p, V r, double scale)
 {
 	static const double c[] = {1.3814534778e-3, 8.3687459663e-3, 4.1668390920e-2, 1.6666520391e-1,
 	                           4.9999993431e-1};
-	V q = fma3(p, poly(p, r, c, 5), r, cst(p, 1.0));
-	return fma3(p, q, r, cst(p, 1.0));
+	double sc[5];
+	for (int i = 0; i < 5; i++)
+		sc[i] = c[i] * scale;
+	V q = fma3(p, poly(p, r, sc, 5), r, cst(p, scale));
+	return fma3(p, q, r, cst(p, scale));
+}
+
+static V exp_core(pm *p, V r)
+{
+	return exp_core_scaled(p, r, 1.0);
 }
 
 static V clampf(pm *p, V x, double lo, double hi)
@@ -171,6 +183,38 @@ static V p_exp(pm *p, V x)
 	V r = fma3(p, n, cst(p, -0.693359375), xc);
 	r = fma3(p, n, cst(p, 2.12194440e-4), r);
 	return scale2(p, exp_core(p, r), t);
+}
+
+/* exp(x) for x <= 0 or NaN, bit for bit p_exp's there (softmax's x - max,
+ * the hottest exp; no upper clamp, and 1 integer op where scale2 takes 8).
+ * It holds up to x = 70 (n <= 102), a margin that erfc_big's arguments
+ * use. With n in [-150, 0] (x clamped at -104 as in p_exp), the shifter
+ * SHIFTER + 152 gives the same n (round(x / ln2) is never a tie: log2(e)'s
+ * odd 24-bit significand would have to divide 2k + 1 <= 301), and its bits
+ * shifted left by 23 are (n + 152) << 23, the bits of 2^(n + 25), a normal
+ * number. The polynomial scaled by 2^-25 (exp_core_scaled, exact) times
+ * it rounds once to P 2^n, as scale2's second factor does (one multiply,
+ * not two). A NaN x makes P NaN, so the product stays NaN whatever the
+ * factor's bits. */
+static V p_exp_nonpos(pm *p, V x)
+{
+	V xc = sel(p, fcmp(p, LLVMRealOLT, x, cst(p, -104.0)), cst(p, -104.0), x);
+	V t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, SHIFTER + 152));
+	V n = sub(p, t, cst(p, SHIFTER + 152));
+	V r = fma3(p, n, cst(p, -0.693359375), xc);
+	r = fma3(p, n, cst(p, 2.12194440e-4), r);
+	V s = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), ""), p->ty, "");
+	return mul(p, exp_core_scaled(p, r, 0x1p-25), s);
+}
+
+LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x)
+{
+	LLVMTypeRef ty = LLVMTypeOf(x);
+	bool vec = LLVMGetTypeKind(ty) == LLVMVectorTypeKind;
+	if ((vec ? LLVMGetElementType(ty) : ty) != cg->t_f32)
+		return NULL;
+	pm p = {cg, ty, vec ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty)) : cg->t_i32};
+	return p_exp_nonpos(&p, x);
 }
 
 static V p_exp2(pm *p, V x)
@@ -342,10 +386,11 @@ static V erfc_big(pm *p, V ax, bool exact)
 		V args[3] = {ax, ax, LLVMBuildFNeg(B, hi, "")};
 		V lo = intr(p, "llvm.fma", args, 3); /* ax*ax - hi, exactly */
 		/* exp(-hi) and exp(poly) apart: -hi is exact, a sum would round */
-		V e = mul(p, p_exp(p, LLVMBuildFNeg(B, hi, "")), p_exp(p, poly(p, t, c, 10)));
+		V e = mul(p, p_exp_nonpos(p, LLVMBuildFNeg(B, hi, "")), p_exp(p, poly(p, t, c, 10)));
 		r = mul(p, mul(p, t, e), sub(p, cst(p, 1.0), lo));
 	} else {
-		r = mul(p, t, p_exp(p, sub(p, poly(p, t, c, 10), hi)));
+		/* poly - x^2 = log(erfc(|x|) / t) + fit and rounding errors: a few 1e-7 at most (x = 0) */
+		r = mul(p, t, p_exp_nonpos(p, sub(p, poly(p, t, c, 10), hi)));
 	}
 	return sel(p, fcmp(p, LLVMRealOGT, ax, cst(p, 10.5)), cst(p, 0.0), r);
 }

@@ -361,6 +361,50 @@ static LLVMValueRef eval_at_idx(fj_rg *r, fj_vid a, const LLVMValueRef *idx)
 	return fj_rg_eval(r, a, &q);
 }
 
+/* The node defining v inside the body, or NULL (a parameter, a literal). */
+static const fj_node *def_node(fj_rg *r, fj_vid v)
+{
+	const fj_value *x = &r->body->values[v];
+	return x->kind == FJ_VK_RESULT ? &r->body->nodes[x->def] : NULL;
+}
+
+/* Is v = a - broadcast_in_dim(amax(a)), the max broadcast back along the
+ * dims it reduced (softmax's, log_softmax's and cross_entropy's shift)?
+ * Then v <= 0 or NaN at every point: a is at most its row's max, and a
+ * rounded difference keeps that sign. */
+static bool minus_row_max(fj_rg *r, fj_vid v)
+{
+	const fj_node *s = def_node(r, v);
+	if (!s || s->op != FJ_OP_PRIMS_SUB)
+		return false;
+	const fj_node *b = def_node(r, s->opnds[1]);
+	if (!b || b->op != FJ_OP_PRIMS_BROADCAST_IN_DIM)
+		return false;
+	const fj_node *m = def_node(r, b->opnds[0]);
+	fj_vid a = s->opnds[0];
+	if (!m || m->op != FJ_OP_PRIMS_AMAX || m->opnds[0] != a ||
+	    !same_dims(&r->body->values[a].type, &r->body->values[s->opnds[1]].type))
+		return false;
+	/* broadcast_dims must be the dims amax kept, in order */
+	int rank = vrank(r, a);
+	const fj_attr *dims = nattr(r, m, "dims"), *bd = nattr(r, b, "broadcast_dims");
+	if (!dims || dims->kind != FJ_AK_LIST || !bd || bd->kind != FJ_AK_LIST)
+		return false;
+	uint32_t reduced = 0;
+	for (uint32_t i = 0; i < dims->n; i++) {
+		int64_t d = list_item(dims, i, -1);
+		d += d < 0 ? rank : 0;
+		if (d < 0 || d >= rank)
+			return false;
+		reduced |= 1u << d;
+	}
+	uint32_t k = 0;
+	for (int d = 0; d < rank; d++)
+		if (!(reduced & (1u << d)) && list_item(bd, k++, -1) != d)
+			return false;
+	return k == bd->n;
+}
+
 static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *p)
 {
 	fj_cg_scalar_fn fn = fj_cg_scalar_lowering(n->op);
@@ -389,6 +433,8 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
 	}
+	if (n->op == FJ_OP_PRIMS_EXP && minus_row_max(r, n->opnds[0]))
+		return fj_cg_exp_nonpos(r->cg, args[0]); /* the same bits, cheaper */
 	/* Divisions stay divisions, also by a per-row value: a reciprocal hoisted
 	 * out of the row (x * (1/s)) may differ from x / s by an ulp, and a value
 	 * the backward recomputes must have the forward's bits (amax's gradient

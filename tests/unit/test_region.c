@@ -576,6 +576,75 @@ START_TEST(poly_accuracy)
 }
 END_TEST
 
+/* Runs the one-input graph src, which must hold a `sched` region, on the
+ * host executor; out[] receives its outputs. */
+static void run_host(fj_context *ctx, const char *src, const char *sched, fj_rt_tensor *x, fj_rt_tensor *out)
+{
+	fj_module *m = NULL;
+	fj_graph *g = fuse_copy(ctx, src, &m, sched);
+	const fj_rt_tensor *inp[1] = {x};
+	fj_rt_program *p = NULL;
+	ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_rt_program_bind(p, inp, NULL, NULL, 0), FJ_OK);
+	ck_assert_msg(fj_rt_program_run(p, inp, out) == FJ_OK, "%s", fj_context_error(ctx));
+	fj_rt_program_destroy(p);
+	fj_module_destroy(m);
+}
+
+/* exp(x - max(x)) (softmax's shift, at most 0 or NaN) takes the cheaper
+ * exp (fj_cg_poly_exp_nonpos); its bits must be the general exp's on the
+ * same differences: 4M of them spread over [-110, 0], a third of the rows
+ * in [-104.5, -87] (denormal results), the clamp's edge, -0 and +0, -inf,
+ * and the rows where x - max is NaN (a NaN, +inf, an all -inf row). */
+START_TEST(exp_nonpos_bits)
+{
+	enum { R = 1024, C = 4099 };
+	fj_context *ctx = region_context();
+	int64_t dims[2] = {R, C};
+	fj_rt_tensor x = {0}, d[2] = {{0}}, e = {0};
+	ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, dims), FJ_OK);
+	float *xv = x.data;
+	uint64_t s = 12345;
+	for (int64_t i = 0; i < (int64_t)R * C; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		double u = (double)(s >> 11) / 9007199254740992.0;
+		/* a third of the rows in the denormal results' range */
+		xv[i] = (float)((i / C) % 3 == 0 ? -87.0 - 17.5 * u : -110.0 * u);
+	}
+	for (int r = 0; r < R; r++)
+		xv[(int64_t)r * C + r % C] = 0.0f; /* each row's max */
+	static const float sv[] = {-0.0f, -104.0f, -103.99999f, -104.00001f, -INFINITY, -1e30f, -1e-40f, NAN};
+	for (size_t k = 0; k < FJ_ARRAY_LEN(sv); k++)
+		xv[5 * C + 7 + (int64_t)k] = sv[k];                 /* NaN row: every result NaN */
+	for (size_t k = 0; k + 1 < FJ_ARRAY_LEN(sv); k++)
+		xv[6 * C + 7 + (int64_t)k] = sv[k];
+	xv[7 * C + 9] = INFINITY;                                   /* x - inf: -inf, and NaN at +inf */
+	for (int64_t c = 0; c < C; c++)
+		xv[8 * C + c] = -INFINITY;                          /* -inf - -inf: NaN */
+	run_host(ctx,
+	         "graph @f(%x: f32[1024,4099]) {\n  %m = prims.amax(%x) {dims=[1]}\n"
+	         "  %b = prims.broadcast_in_dim(%m) {shape=[1024,4099], broadcast_dims=[0]}\n"
+	         "  %d = prims.sub(%x, %b)\n  %y = prims.exp(%d)\n  return %y, %d\n}\n",
+	         "persistent_inner", &x, d);
+	run_host(ctx, "graph @f(%d: f32[1024,4099]) {\n  %y = prims.exp(%d)\n  return %y\n}\n", "pointwise", &d[1],
+	         &e);
+	const uint32_t *got = d[0].data, *want = e.data;
+	const float *dv = d[1].data;
+	int64_t nonpos = 0;
+	for (int64_t i = 0; i < (int64_t)R * C; i++) {
+		float gf = ((const float *)d[0].data)[i], wf = ((const float *)e.data)[i];
+		nonpos += dv[i] <= 0;
+		ck_assert_msg(got[i] == want[i] || (isnan(gf) && isnan(wf)), "exp(%a): %a, general exp %a", (double)dv[i],
+		              (double)gf, (double)wf);
+	}
+	ck_assert_int_ge(nonpos, (int64_t)R * C - 2 * C - 1); /* the NaN rows and +inf aside */
+	fj_rt_tensor_free(&x);
+	for (int k = 0; k < 2; k++)
+		fj_rt_tensor_free(&d[k]);
+	fj_rt_tensor_free(&e);
+	fj_context_destroy(ctx);
+}
+END_TEST
 
 Suite *suite_region(void)
 {
@@ -598,6 +667,7 @@ Suite *suite_region(void)
 	tcase_add_test(tc, scan);
 	tcase_add_test(tc, symbolic_reuse);
 	tcase_add_test(tc, poly_accuracy);
+	tcase_add_test(tc, exp_nonpos_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }
