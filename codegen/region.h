@@ -251,6 +251,9 @@ typedef struct fj_rg {
 	uint32_t scope[64];
 	int nscope;
 	fj_status st;
+	/* softmax's divisions by the row sum are made by reciprocal (see
+	 * fj_rg_recip_max) */
+	bool recip;
 } fj_rg;
 
 /* Starts evaluating region a in the function being emitted by cg. The caller
@@ -285,6 +288,16 @@ void fj_rg_need_lin(fj_rg *r, fj_vid v, fj_rg_point *p);
 LLVMValueRef fj_rg_eval(fj_rg *r, fj_vid v, fj_rg_point *p);
 /* v as its compute value converted to dtype `to`. */
 LLVMValueRef fj_rg_eval_as(fj_rg *r, fj_vid v, fj_rg_point *p, fj_dtype to);
+/* Softmax's division e / broadcast_in_dim(sum(e)), e = exp(x -
+ * broadcast_in_dim(amax(x))), in f32, can go by reciprocal: while r->recip
+ * is set, it is e * (1/s) corrected by one FMA residual (Markstein), which
+ * is e / s rounded to nearest when every e of the row is at least 2^-60
+ * (s is in [1, 2^39], so the quotients are normal). That holds when
+ * min(x) - max(x) >= FJ_RG_RECIP_SPREAD over the row (in f64: e >= e^-40
+ * > 2^-58). Is reduction node `red` the amax of such a division, whose
+ * operand's min over the row the caller then checks? */
+bool fj_rg_recip_max(fj_rg *r, const fj_node *red);
+#define FJ_RG_RECIP_SPREAD (-40.0)
 
 /* Memo scopes: entries created after a push are dropped by the matching pop.
  * Push when entering a loop body or a branch, pop when leaving it. */

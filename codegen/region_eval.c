@@ -368,6 +368,40 @@ static const fj_node *def_node(fj_rg *r, fj_vid v)
 	return x->kind == FJ_VK_RESULT ? &r->body->nodes[x->def] : NULL;
 }
 
+/* Is v = broadcast_in_dim(red(a)), a reduction `op` of a broadcast back
+ * to a's dims along the dims it reduced (each point gets its own row's
+ * value)? Returns a, or FJ_NOVAL. */
+static fj_vid row_value(fj_rg *r, fj_vid v, fj_op op)
+{
+	const fj_node *b = def_node(r, v);
+	if (!b || b->op != FJ_OP_PRIMS_BROADCAST_IN_DIM)
+		return FJ_NOVAL;
+	const fj_node *m = def_node(r, b->opnds[0]);
+	if (!m || m->op != op)
+		return FJ_NOVAL;
+	fj_vid a = m->opnds[0];
+	if (!same_dims(&r->body->values[a].type, &r->body->values[v].type))
+		return FJ_NOVAL;
+	/* broadcast_dims must be the dims the reduction kept, in order */
+	int rank = vrank(r, a);
+	const fj_attr *dims = nattr(r, m, "dims"), *bd = nattr(r, b, "broadcast_dims");
+	if (!dims || dims->kind != FJ_AK_LIST || !bd || bd->kind != FJ_AK_LIST)
+		return FJ_NOVAL;
+	uint32_t reduced = 0;
+	for (uint32_t i = 0; i < dims->n; i++) {
+		int64_t d = list_item(dims, i, -1);
+		d += d < 0 ? rank : 0;
+		if (d < 0 || d >= rank)
+			return FJ_NOVAL;
+		reduced |= 1u << d;
+	}
+	uint32_t k = 0;
+	for (int d = 0; d < rank; d++)
+		if (!(reduced & (1u << d)) && list_item(bd, k++, -1) != d)
+			return FJ_NOVAL;
+	return k == bd->n ? a : FJ_NOVAL;
+}
+
 /* Is v = a - broadcast_in_dim(amax(a)), the max broadcast back along the
  * dims it reduced (softmax's, log_softmax's and cross_entropy's shift)?
  * Then v <= 0 or NaN at every point: a is at most its row's max, and a
@@ -375,34 +409,51 @@ static const fj_node *def_node(fj_rg *r, fj_vid v)
 static bool minus_row_max(fj_rg *r, fj_vid v)
 {
 	const fj_node *s = def_node(r, v);
-	if (!s || s->op != FJ_OP_PRIMS_SUB)
+	return s && s->op == FJ_OP_PRIMS_SUB && row_value(r, s->opnds[1], FJ_OP_PRIMS_AMAX) == s->opnds[0];
+}
+
+/* Is n softmax's division e / broadcast_in_dim(sum(e)), e = exp(x - its row
+ * max), in f32? Each e is then in [0, 1] (or NaN, and s with it), so the row
+ * sum s is in [1, row length], or NaN. */
+static bool softmax_div(fj_rg *r, const fj_node *n)
+{
+	if (n->op != FJ_OP_PRIMS_DIV || r->body->values[n->res[0]].type.dtype != FJ_DT_F32)
 		return false;
-	const fj_node *b = def_node(r, s->opnds[1]);
-	if (!b || b->op != FJ_OP_PRIMS_BROADCAST_IN_DIM)
-		return false;
-	const fj_node *m = def_node(r, b->opnds[0]);
-	fj_vid a = s->opnds[0];
-	if (!m || m->op != FJ_OP_PRIMS_AMAX || m->opnds[0] != a ||
-	    !same_dims(&r->body->values[a].type, &r->body->values[s->opnds[1]].type))
-		return false;
-	/* broadcast_dims must be the dims amax kept, in order */
-	int rank = vrank(r, a);
-	const fj_attr *dims = nattr(r, m, "dims"), *bd = nattr(r, b, "broadcast_dims");
-	if (!dims || dims->kind != FJ_AK_LIST || !bd || bd->kind != FJ_AK_LIST)
-		return false;
-	uint32_t reduced = 0;
-	for (uint32_t i = 0; i < dims->n; i++) {
-		int64_t d = list_item(dims, i, -1);
-		d += d < 0 ? rank : 0;
-		if (d < 0 || d >= rank)
-			return false;
-		reduced |= 1u << d;
+	const fj_node *e = def_node(r, n->opnds[0]);
+	return e && e->op == FJ_OP_PRIMS_EXP && minus_row_max(r, e->opnds[0]) &&
+	       row_value(r, n->opnds[1], FJ_OP_PRIMS_SUM) == n->opnds[0];
+}
+
+bool fj_rg_recip_max(fj_rg *r, const fj_node *red)
+{
+	for (uint32_t i = 0; i < r->body->nnodes; i++) {
+		const fj_node *n = &r->body->nodes[i];
+		if (!softmax_div(r, n))
+			continue;
+		/* n = exp(a - broadcast(amax(a))) / ... */
+		const fj_node *shift = def_node(r, def_node(r, n->opnds[0])->opnds[0]);
+		if (def_node(r, def_node(r, shift->opnds[1])->opnds[0]) == red)
+			return true;
 	}
-	uint32_t k = 0;
-	for (int d = 0; d < rank; d++)
-		if (!(reduced & (1u << d)) && list_item(bd, k++, -1) != d)
-			return false;
-	return k == bd->n;
+	return false;
+}
+
+/* e / s as q = e (1/s) corrected by its residual: q + (e - q s) (1/s), the
+ * residual exact by an FMA. With 1/s rounded to nearest and q within an ulp
+ * of e / s, that is e / s rounded to nearest (Markstein's theorem) unless
+ * something underflows; for s in [1, 2^39] nothing does when e >= 2^-60,
+ * which the caller checks (fj_rg_recip_max). Three FMA-port ops per vector
+ * where a vdivps takes the divider 3 (ymm) or 6 (zmm) cycles on Zen 4. */
+static LLVMValueRef recip_div(fj_rg *r, LLVMValueRef e, LLVMValueRef s)
+{
+	fj_cg *cg = r->cg;
+	LLVMBuilderRef b = cg->b;
+	LLVMValueRef y = LLVMBuildFDiv(b, LLVMConstReal(cg->t_f32, 1.0), s, ""); /* invariant: hoisted */
+	LLVMValueRef q = LLVMBuildFMul(b, e, y, "");
+	LLVMValueRef ra[3] = {LLVMBuildFNeg(b, q, ""), s, e};
+	LLVMValueRef res = fj_cg_intrinsic(cg, "llvm.fma", ra, 3);
+	LLVMValueRef qa[3] = {res, y, q};
+	return fj_cg_intrinsic(cg, "llvm.fma", qa, 3);
 }
 
 static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *p)
@@ -435,10 +486,13 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 	}
 	if (n->op == FJ_OP_PRIMS_EXP && minus_row_max(r, n->opnds[0]))
 		return fj_cg_exp_nonpos(r->cg, args[0]); /* the same bits, cheaper */
-	/* Divisions stay divisions, also by a per-row value: a reciprocal hoisted
-	 * out of the row (x * (1/s)) may differ from x / s by an ulp, and a value
-	 * the backward recomputes must have the forward's bits (amax's gradient
-	 * compares it with the saved maximum: the soak's NaN gradients). */
+	/* Divisions keep their bits, also by a per-row value: a reciprocal
+	 * hoisted out of the row (x * (1/s)) may differ from x / s by an ulp, and
+	 * a value the backward recomputes must have the forward's bits (amax's
+	 * gradient compares it with the saved maximum: the soak's NaN
+	 * gradients). Softmax's, corrected, has them (recip_div). */
+	if (r->recip && dt == FJ_DT_F32 && softmax_div(r, n))
+		return recip_div(r, args[0], args[1]);
 	return fn(r->cg, r->body, n, args, dt);
 }
 

@@ -646,6 +646,69 @@ START_TEST(exp_nonpos_bits)
 }
 END_TEST
 
+/* Softmax's division by the row sum goes by reciprocal in rows whose
+ * spread is under 40 (fj_rg_recip_max): every weight must still be e / s
+ * rounded to nearest, e the same exp (a kernel of its own) and s the
+ * kernel's sum (an output). Shapes: [2048,4096] f32 is 32 MiB, so its
+ * output is streamed; [300,1000] keeps the weights in the output row;
+ * rows of 9000 recompute them. Rows: spreads of 5, 40 and 200 (weights
+ * below 2^-60, denormal and 0), -inf masks, a NaN. */
+START_TEST(softmax_recip_bits)
+{
+	static const int64_t shapes[][2] = {{2048, 4096}, {300, 1000}, {16, 9000}};
+	fj_context *ctx = region_context();
+	for (size_t k = 0; k < FJ_ARRAY_LEN(shapes); k++) {
+		int64_t R = shapes[k][0], C = shapes[k][1];
+		fj_rt_tensor x = {0}, ys[2] = {{0}}, e = {0};
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, shapes[k]), FJ_OK);
+		float *xv = x.data;
+		uint64_t s = 777;
+		static const double spread[] = {5, 40, 200};
+		for (int64_t i = 0; i < R * C; i++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			double u = (double)(s >> 11) / 9007199254740992.0;
+			xv[i] = (float)(spread[(i / C) % 3] * (u - 0.5));
+		}
+		for (int64_t c = 0; c < C; c += 3)
+			xv[4 * C + c] = -INFINITY;
+		xv[7 * C + 100] = NAN;
+		char src[1024], esrc[512];
+		snprintf(src, sizeof src,
+		         "graph @f(%%x: f32[%lld,%lld]) {\n  %%m = prims.amax(%%x) {dims=[1]}\n"
+		         "  %%b = prims.broadcast_in_dim(%%m) {shape=[%lld,%lld], broadcast_dims=[0]}\n"
+		         "  %%d = prims.sub(%%x, %%b)\n  %%e = prims.exp(%%d)\n  %%s = prims.sum(%%e) {dims=[1]}\n"
+		         "  %%sb = prims.broadcast_in_dim(%%s) {shape=[%lld,%lld], broadcast_dims=[0]}\n"
+		         "  %%y = prims.div(%%e, %%sb)\n  return %%y, %%s\n}\n",
+		         (long long)R, (long long)C, (long long)R, (long long)C, (long long)R, (long long)C);
+		snprintf(esrc, sizeof esrc,
+		         "graph @f(%%x: f32[%lld,%lld]) {\n  %%m = prims.amax(%%x) {dims=[1]}\n"
+		         "  %%b = prims.broadcast_in_dim(%%m) {shape=[%lld,%lld], broadcast_dims=[0]}\n"
+		         "  %%d = prims.sub(%%x, %%b)\n  %%e = prims.exp(%%d)\n  return %%e\n}\n",
+		         (long long)R, (long long)C, (long long)R, (long long)C);
+		run_host(ctx, src, "persistent_inner", &x, ys);
+		run_host(ctx, esrc, "persistent_inner", &x, &e);
+		const float *y = ys[0].data, *sum = ys[1].data, *ev = e.data;
+		int64_t tiny = 0;
+		for (int64_t i = 0; i < R * C; i++) {
+			float want = ev[i] / sum[i / C];
+			uint32_t a, b;
+			memcpy(&a, &y[i], 4);
+			memcpy(&b, &want, 4);
+			tiny += ev[i] > 0 && ev[i] < 0x1p-60f;
+			ck_assert_msg(a == b || (isnan(y[i]) && isnan(want)), "[%lld,%lld] row %d: %a / %a = %a, got %a",
+			              (long long)R, (long long)C, (int)(i / C), (double)ev[i], (double)sum[i / C],
+			              (double)want, (double)y[i]);
+		}
+		ck_assert_int_gt(tiny, 1000);
+		fj_rt_tensor_free(&x);
+		for (int j = 0; j < 2; j++)
+			fj_rt_tensor_free(&ys[j]);
+		fj_rt_tensor_free(&e);
+	}
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 Suite *suite_region(void)
 {
 	Suite *s = suite_create("region");
@@ -668,6 +731,7 @@ Suite *suite_region(void)
 	tcase_add_test(tc, symbolic_reuse);
 	tcase_add_test(tc, poly_accuracy);
 	tcase_add_test(tc, exp_nonpos_bits);
+	tcase_add_test(tc, softmax_recip_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }
