@@ -32,6 +32,9 @@
  *       (a causal mask's upper blocks) and the block's V is finite (vfin,
  *       noted when V is packed): its weights are all exactly 0, and only a
  *       non-finite V would make 0 x V anything but nothing.
+ * A block that a mask such as the causal one removes whatever the scores
+ * are is skipped whole, Q K^T included, on the same V condition (found by
+ * the score chain alone: "blocks a mask removes" below).
  * Then O = Oa / l per row, bound as mm2's value, and every result stored
  * through the region's epilogue (the reshape back to heads, a conversion).
  * A row every key of which is -inf gives 0 / 0 = NaN, as softmax does; a
@@ -46,6 +49,7 @@
  * nothing: FJ_KERR_VALUE, as prims.amax of no element.
  */
 #include <math.h>
+#include <string.h>
 
 #include "codegen/region_host_internal.h"
 
@@ -71,6 +75,8 @@ typedef struct att {
 	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, vfin;
 	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
 	LLVMValueRef live;      /* variable (i8): a row of the tile has a key of the block that is not -inf */
+	bool precheck;          /* blocks X masks whatever the scores are skipped whole (mask_precheck) */
+	LLVMValueRef nlive;     /* variable (f32): the points of such a block left live */
 } att;
 
 #undef BB
@@ -337,6 +343,66 @@ static void row_outputs(att *t, LLVMValueRef b, LLVMValueRef row, LLVMValueRef m
 		fj_rg_bind(r, t->m.s2, NULL);
 }
 
+/* ---- blocks a mask removes ----
+ * A causal mask (where(col <= row, S, -inf), the bridge's is_causal) makes
+ * X -inf at every point of the blocks above the diagonal whatever the
+ * scores are: their weights are exactly 0, and the block changes nothing
+ * (m and l stay, Oa is multiplied by exp(m - m) = 1, or by 0 while it is
+ * still 0) but where V is not finite (0 x inf: the vfin rule below). Such
+ * blocks are found before Q K^T, by the chain alone: X evaluated with S
+ * bound to NaN. Every step from S to X either carries a NaN through
+ * (arithmetic, conversions between floats, layout) or is a where whose
+ * condition S does not reach, so at each point X does not depend on S at
+ * all (a where dropped it), or X(NaN) is NaN: X(NaN) = -inf means -inf for
+ * every score. The check is a few ops per score where Q K^T is Dk
+ * multiply-adds. An additive -inf mask is not such a step (S = +inf gives
+ * NaN there, not -inf), so it keeps the score pass. */
+
+/* Does the chain from S to X pass only such steps (fj_attn_drops_only)? */
+static bool mask_precheck(att *t)
+{
+	const fj_graph *g = t->h->body;
+	size_t sz = 2 * (size_t)(g->nvalues ? g->nvalues : 1);
+	uint8_t *scratch = fj_alloc(t->cg->ctx, sz);
+	if (!scratch)
+		return false; /* no pre-check: the plain path */
+	bool ok = fj_attn_drops_only(g, &t->m.s, 1, t->m.x, scratch);
+	fj_free(t->cg->ctx, scratch, sz);
+	return ok;
+}
+
+/* Does the block [jc, jc + nlen) keep a live point in the tile's rows (X
+ * with S bound to NaN not -inf somewhere)? A count of such points in f32
+ * (at most MB x NB: exact), a sum that vectorises. */
+static LLVMValueRef block_live(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen,
+                               LLVMValueRef jc, LLVMValueRef nlen)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	fj_cg_set(cg, t->nlive, f32c(t, 0));
+	fj_cg_loop lr, lj;
+	fj_cg_loop_begin(cg, &lr, k64(t, 0), mlen, "prow");
+	fj_rg_scope_push(r);
+	LLVMValueRef row = add(t, i0, lr.iv);
+	fj_cg_loop_begin(cg, &lj, k64(t, 0), nlen, "pkey");
+	fj_rg_scope_push(r);
+	fj_rg_bind(r, t->m.s, f32c(t, NAN));
+	fj_rg_point p;
+	x_point(t, &p, lead, b, row, add(t, jc, lj.iv));
+	LLVMValueRef x = fj_rg_eval_as(r, t->m.x, &p, FJ_DT_F32);
+	LLVMValueRef dead = LLVMBuildFCmp(BB, LLVMRealOEQ, x, f32c(t, -INFINITY), "");
+	LLVMValueRef s = LLVMBuildFAdd(BB, fj_cg_get(cg, t->nlive, t->f32), LLVMBuildSelect(BB, dead, f32c(t, 0), f32c(t, 1), ""), "");
+	LLVMSetFastMathFlags(s, LLVMFastMathAllowReassoc);
+	fj_cg_set(cg, t->nlive, s);
+	fj_rg_bind(r, t->m.s, NULL);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lj);
+	fj_cg_loop_hints(cg, &lj, t->us.w, IL);
+	fj_rg_scope_pop(r);
+	fj_cg_loop_end(cg, &lr);
+	return LLVMBuildFCmp(BB, LLVMRealOGT, fj_cg_get(cg, t->nlive, t->f32), f32c(t, 0), "");
+}
+
 /* ---- one tile ---- */
 
 /* The tile's rows i0 .. i0 + mlen of batch b (Kp, Vp hold b's). */
@@ -368,6 +434,12 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	lb.step = k64(t, NB);
 	LLVMValueRef jc = lb.iv, nlen = smin(t, k64(t, NB), LLVMBuildNSWSub(BB, t->N, jc, ""));
 	LLVMValueRef jp0 = LLVMBuildUDiv(BB, jc, k64(t, t->nr), "");
+	LLVMValueRef kb = LLVMBuildUDiv(BB, jc, k64(t, NB), "");
+	LLVMValueRef vf = LLVMBuildLoad2(BB, cg->t_i8, LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->vfin, &kb, 1, ""), "");
+	LLVMValueRef vinf = LLVMBuildICmp(BB, LLVMIntEQ, vf, LLVMConstInt(cg->t_i8, 0, 0), "");
+	fj_cg_if whole;
+	if (t->precheck) /* the block, unless the mask removes it (see above) */
+		fj_cg_if_begin(cg, &whole, LLVMBuildOr(BB, block_live(t, lead, b, i0, mlen, jc, nlen), vinf, ""));
 	fj_cg_loop lir, ljr;
 	fj_cg_loop_begin(cg, &lir, k64(t, 0), nir, "sir");
 	fj_cg_loop_begin(cg, &ljr, k64(t, 0), cdiv(t, nlen, t->nr), "sjr");
@@ -387,10 +459,8 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	/* weights x V, unless every row's keys in this block are -inf (a causal
 	 * mask's upper blocks) and V is finite there: the weights are then all
 	 * exactly 0 and the products add nothing (0 x inf would be NaN) */
-	LLVMValueRef kb = LLVMBuildUDiv(BB, jc, k64(t, NB), "");
-	LLVMValueRef vf = LLVMBuildLoad2(BB, cg->t_i8, LLVMBuildInBoundsGEP2(BB, cg->t_i8, t->vfin, &kb, 1, ""), "");
 	LLVMValueRef need = LLVMBuildOr(BB, LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->live, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), ""),
-	                                LLVMBuildICmp(BB, LLVMIntEQ, vf, LLVMConstInt(cg->t_i8, 0, 0), ""), "");
+	                                vinf, "");
 	fj_cg_if pv;
 	fj_cg_if_begin(cg, &pv, need);
 	fj_cg_loop lor, lov;
@@ -403,6 +473,8 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_cg_loop_end(cg, &lov);
 	fj_cg_loop_end(cg, &lor);
 	fj_cg_if_end(cg, &pv);
+	if (t->precheck)
+		fj_cg_if_end(cg, &whole);
 	fj_cg_loop_end(cg, &lb);
 	/* O = Oa / l, through the epilogue: per row, per NR-column panel of Oa,
 	 * its columns below Dv (unit stride in Oa and in O) */
@@ -500,6 +572,8 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->bnan = fj_cg_var(cg, cg->t_i8, NULL, "bnan");
 	t->lsum = fj_cg_var(cg, t->f32, NULL, "lsum");
 	t->live = fj_cg_var(cg, cg->t_i8, NULL, "live");
+	t->nlive = fj_cg_var(cg, t->f32, NULL, "nlive");
+	t->precheck = mask_precheck(t);
 	int d = t->rank - 2;
 	t->batch = d ? fj_rg_dim(r, t->ov, 0) : k64(t, 1);
 	t->M = fj_rg_dim(r, t->ov, d);

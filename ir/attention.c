@@ -615,3 +615,70 @@ bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t 
 	qsort(out->nodes, out->nnodes, sizeof *out->nodes, cmp_u32);
 	return true;
 }
+
+/* ---- values a mask removes whatever the scores ----
+ * to depends on the values `from` only through steps that carry a NaN
+ * through (add, sub, mul, div, neg, exp, conversions between floats,
+ * layout) and through where's values, never its condition, and at least
+ * one where. Then, at each point, `to` either does not depend on `from`
+ * at all (a where dropped it) or is NaN when they are: evaluated with every
+ * `from` bound to NaN, a value that is not NaN is the value for all of
+ * them (the attention kernels skip the blocks a causal mask makes -inf or
+ * 0 that way). */
+bool fj_attn_drops_only(const fj_graph *g, const fj_vid *from, uint32_t nfrom, fj_vid to, uint8_t *scratch)
+{
+	uint8_t *dep = scratch, *need = scratch + g->nvalues; /* from reaches v; v reaches to */
+	memset(scratch, 0, 2 * (size_t)g->nvalues);
+	need[to] = 1;
+	for (uint32_t i = g->nnodes; i-- > 0;) {
+		const fj_node *n = &g->nodes[i];
+		bool on = false;
+		for (uint32_t k = 0; k < n->nres; k++)
+			on |= need[n->res[k]] != 0;
+		for (uint32_t k = 0; on && k < n->nopnds; k++)
+			need[n->opnds[k]] = 1;
+	}
+	for (uint32_t k = 0; k < nfrom; k++)
+		dep[from[k]] = 1;
+	bool drops = false;
+	for (uint32_t i = 0; i < g->nnodes; i++) {
+		const fj_node *n = &g->nodes[i];
+		bool from_in = false, to_out = false;
+		for (uint32_t k = 0; k < n->nopnds; k++)
+			from_in |= dep[n->opnds[k]] != 0;
+		for (uint32_t k = 0; k < n->nres; k++)
+			to_out |= need[n->res[k]] != 0;
+		if (!from_in)
+			continue;
+		for (uint32_t k = 0; k < n->nres; k++)
+			dep[n->res[k]] = 1;
+		if (!to_out)
+			continue;
+		switch (n->op) {
+		case FJ_OP_PRIMS_WHERE:
+		case FJ_OP_ATEN_WHERE:
+			if (dep[n->opnds[0]])
+				return false;
+			drops = true;
+			break;
+		case FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE:
+			if (!fj_dtype_is_float(g->values[n->res[0]].type.dtype))
+				return false;
+			break;
+		case FJ_OP_PRIMS_ADD:
+		case FJ_OP_PRIMS_SUB:
+		case FJ_OP_PRIMS_MUL:
+		case FJ_OP_PRIMS_DIV:
+		case FJ_OP_PRIMS_NEG:
+		case FJ_OP_PRIMS_EXP:
+		case FJ_OP_PRIMS_BROADCAST_IN_DIM:
+		case FJ_OP_PRIMS_RESHAPE:
+		case FJ_OP_PRIMS_TRANSPOSE:
+		case FJ_OP_PRIMS_SQUEEZE:
+			break;
+		default:
+			return false;
+		}
+	}
+	return drops;
+}

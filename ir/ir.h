@@ -570,6 +570,14 @@ typedef struct fj_attn_bw {
  * fj_attn_match's. */
 bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t *scratch, fj_attn_bw *out);
 
+/* Does `to` depend on the values `from` only through steps that carry a NaN
+ * through (add, sub, mul, div, neg, exp, float conversions, layout) and
+ * through where's values (never its condition), with at least one where?
+ * Then `to` evaluated with every `from` bound to NaN, where it is not NaN,
+ * is its value whatever they are (a causal mask's -inf scores, their 0
+ * weights). scratch: 2 * g->nvalues bytes. */
+bool fj_attn_drops_only(const fj_graph *g, const fj_vid *from, uint32_t nfrom, fj_vid to, uint8_t *scratch);
+
 /* ---- type inference (ir/infer.c) ---- */
 
 struct fj_infer {
