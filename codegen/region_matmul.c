@@ -144,35 +144,12 @@ bool fj_rg_host_matmul_handles(const fj_rg_analysis *a)
 
 static int fast_dim(mm *m, fj_vid v, int depth);
 
-/* Is B the transpose of a region operand W, f32 [N, K] (linear's weight),
- * in a rank-2 f32 matmul with 8-lane vectors or wider? W's index, or -1. */
-static int bt_direct(const mm *m)
+/* Is v a region operand X, or X's transpose (its last two dims swapped),
+ * read in place? X's index (*swap: the transpose), or -1. */
+static int in_place(const mm *m, fj_vid v, bool *swap)
 {
 	const fj_rg_analysis *a = m->r->a;
-	const fj_graph *g = a->body;
-	const fj_rg_value *x = &a->vals[m->bv];
-	if (m->rank != 2 || m->acc != FJ_DT_F32 || m->w < 8 || x->cls != FJ_RG_FULL || x->node == FJ_NONODE)
-		return -1;
-	const fj_node *n = &g->nodes[x->node];
-	const fj_attr *perm = n->op == FJ_OP_PRIMS_TRANSPOSE ? fj_node_attr(m->cg->ctx, n, "perm") : NULL;
-	if (!perm || n->nopnds != 1 || perm->kind != FJ_AK_LIST || perm->n != 2 || fj_attr_as_int(&perm->u.items[0]) != 1)
-		return -1; /* a swap of the two dims */
-	const fj_rg_value *w = &a->vals[n->opnds[0]];
-	const fj_type *wt = &g->values[n->opnds[0]].type;
-	if (w->cls != FJ_RG_INPUT || w->index < 0 || (uint32_t)w->index >= m->r->nin || wt->rank != 2 ||
-	    wt->dtype != FJ_DT_F32)
-		return -1;
-	const fj_cg_operand *o = &m->r->in[w->index];
-	return o->none || o->literal || o->t.rank != 2 || o->t.dtype != FJ_DT_F32 ? -1 : w->index;
-}
-
-/* Is A a region operand X, or X's transpose (its last two dims swapped),
- * so that the next A block can be prefetched from X (prefetch_a)? X's
- * index (*swap: the transpose), or -1. */
-static int a_direct(const mm *m, bool *swap)
-{
-	const fj_rg_analysis *a = m->r->a;
-	const fj_rg_value *x = &a->vals[m->av];
+	const fj_rg_value *x = &a->vals[v];
 	*swap = false;
 	if (x->cls == FJ_RG_FULL && x->node != FJ_NONODE) {
 		const fj_node *n = &a->body->nodes[x->node];
@@ -189,6 +166,17 @@ static int a_direct(const mm *m, bool *swap)
 		return -1;
 	const fj_cg_operand *o = &m->r->in[x->index];
 	return o->none || o->literal || o->t.rank != m->rank ? -1 : x->index;
+}
+
+/* Is B the transpose of a region operand W, f32 [N, K] (linear's weight),
+ * in a rank-2 f32 matmul with 8-lane vectors or wider? W's index, or -1. */
+static int bt_direct(const mm *m)
+{
+	bool swap;
+	int w = in_place(m, m->bv, &swap);
+	if (m->rank != 2 || m->acc != FJ_DT_F32 || m->w < 8 || w < 0 || !swap)
+		return -1;
+	return m->r->in[w].t.dtype == FJ_DT_F32 ? w : -1;
 }
 
 static void plan(mm *m)
@@ -215,7 +203,7 @@ static void plan(mm *m)
 	m->a_ps = m->apanel ? (int64_t)KC * m->mr : (int64_t)m->lda * m->mr;
 	m->vt = LLVMVectorType(m->et, (unsigned)m->w);
 	m->bt_in = bt_direct(m);
-	m->a_in = a_direct(m, &m->a_swap);
+	m->a_in = in_place(m, m->av, &m->a_swap); /* prefetch_a */
 	fj_rg_micro_init(cg, &m->u, m->acc, m->mr, m->nrv);
 	m->u.a_is = m->a_is;
 	m->u.a_ks = m->a_ks;
@@ -580,7 +568,7 @@ void fj_rg_micro_emit(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef a, LLVMValue
 /* ---- one tile ---- */
 
 /* Prefetches (into L2) micro-kernel q's share of the next A block: batch
- * nb, rows nic .. nic + MC, k's npc .. npc + KC of X (a_direct), whose
+ * nb, rows nic .. nic + MC, k's npc .. npc + KC of X (in_place), whose
  * pack_a would otherwise wait on memory. Packing A from rows apart (MC
  * short runs along k, or KC along M for a transpose) is latency-bound
  * where the hardware prefetchers do not follow it: with NC/NR = 8 N-tiles
