@@ -213,13 +213,14 @@ void fj_rh_knest_begin(hctx *h, knest *kn, LLVMValueRef *idx)
 		}
 }
 
-/* innermost: the K nest holds the innermost loop (set its vector width) */
-void fj_rh_knest_end(hctx *h, knest *kn, bool innermost)
+/* interleave > 0: the K nest holds the innermost loop (set its vector
+ * width, with that interleave) */
+void fj_rh_knest_end(hctx *h, knest *kn, int interleave)
 {
 	for (int i = kn->n - 1; i >= 0; i--) {
 		fj_cg_loop_end(h->cg, &kn->l[i]);
-		if (innermost && i == kn->n - 1)
-			fj_rh_vector_width(h, &kn->l[i], FJ_CG_INTERLEAVE);
+		if (interleave > 0 && i == kn->n - 1)
+			fj_rh_vector_width(h, &kn->l[i], interleave);
 	}
 }
 

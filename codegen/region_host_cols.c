@@ -52,24 +52,34 @@ static LLVMValueRef part_at(hctx *h, LLVMValueRef s, int i, LLVMValueRef pos, bo
 	return fj_rg_col_slot(&h->r, slot_area(h, blk), blk ? h->cg->t_f32 : h->cg->t_i64, s, i, ncols(h), pos);
 }
 
-/* Adds every outer reduction's operand at D point p (idx) to the slot's
- * partials. */
-void fj_rh_col_accumulate(hctx *h, fj_rg_point *p, LLVMValueRef *idx)
+/* The operand of every outer reduction at D point p, as its partials add
+ * it (f32 for the blocked ones, else f64 or i64) into vals[i]. */
+void fj_rh_col_values(hctx *h, fj_rg_point *p, LLVMValueRef *vals)
+{
+	for (int i = 0; h->part && i < h->a->noreds; i++) {
+		fj_vid o = h->body->nodes[h->a->oreds[i]].opnds[0];
+		fj_dtype to = part_blocked(h, i) ? FJ_DT_F32 : part_type(h, i) == h->cg->t_f64 ? FJ_DT_F64 : FJ_DT_I64;
+		vals[i] = fj_cg_convert(h->cg, fj_rg_eval(&h->r, o, p), fj_cg_compute_dtype(h->body->values[o].type.dtype), to);
+	}
+}
+
+/* Adds the values of n rows (fj_rh_col_values, in row order) to the slot's
+ * partials at the K position of idx: one load and one store per partial,
+ * the sum ((p + v0) + v1) ... as n single-row adds would round it. */
+void fj_rh_col_add(hctx *h, LLVMValueRef *idx, LLVMValueRef (*vals)[FJ_RG_MAX_REDS], int n)
 {
 	if (!h->part)
 		return;
 	fj_cg *cg = h->cg;
 	LLVMValueRef pos = fj_rh_kpos(h, idx);
 	for (int i = 0; i < h->a->noreds; i++) {
-		fj_vid o = h->body->nodes[h->a->oreds[i]].opnds[0];
 		bool blk = part_blocked(h, i);
 		LLVMTypeRef ty = blk ? cg->t_f32 : part_type(h, i);
-		bool fl = ty != cg->t_i64;
-		fj_dtype to = blk ? FJ_DT_F32 : fl ? FJ_DT_F64 : FJ_DT_I64;
-		LLVMValueRef x = fj_cg_convert(cg, fj_rg_eval(&h->r, o, p), fj_cg_compute_dtype(h->body->values[o].type.dtype), to);
 		LLVMValueRef at = part_at(h, h->part, i, pos, blk);
-		LLVMValueRef old = LLVMBuildLoad2(BB, ty, at, "");
-		LLVMBuildStore(BB, fl ? LLVMBuildFAdd(BB, old, x, "") : LLVMBuildAdd(BB, old, x, ""), at);
+		LLVMValueRef acc = LLVMBuildLoad2(BB, ty, at, "");
+		for (int j = 0; j < n; j++)
+			acc = ty != cg->t_i64 ? LLVMBuildFAdd(BB, acc, vals[j][i], "") : LLVMBuildAdd(BB, acc, vals[j][i], "");
+		LLVMBuildStore(BB, acc, at);
 	}
 }
 

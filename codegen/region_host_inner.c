@@ -104,10 +104,10 @@ static bool row_prefetch(hctx *h)
 	return dr >= 2 && h->a->kmask == 1u << (dr - 1);
 }
 
-/* Prefetches elements [k0, k1) of the next row of every input that has D's
- * shape, one prefetch per 64-byte line (the last row's next row lies past
- * the input: a prefetch never faults). */
-static void prefetch_next_row(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0, LLVMValueRef k1)
+/* Prefetches elements [k0, k1) of the n rows after the one at idx of every
+ * input that has D's shape, one prefetch per 64-byte line (the last row's
+ * next row lies past the input: a prefetch never faults). */
+static void prefetch_rows(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0, LLVMValueRef k1, int n)
 {
 	const fj_rg_analysis *a = h->a;
 	int dr = a->dom->rank;
@@ -121,11 +121,14 @@ static void prefetch_next_row(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0,
 		LLVMValueRef at[FJ_MAX_RANK];
 		memcpy(at, idx, sizeof at);
 		at[dr - 1] = k0;
-		LLVMValueRef base = LLVMBuildNSWAdd(BB, fj_cg_offset(h->cg, &o->t, at), o->t.stride[dr - 2], "");
+		LLVMValueRef base = fj_cg_offset(h->cg, &o->t, at);
 		fj_cg_loop l;
 		fj_cg_loop_begin(h->cg, &l, c64(h, 0), LLVMBuildNSWSub(BB, k1, k0, ""), "pf");
 		l.step = c64(h, per);
-		fj_cg_prefetch(h->cg, &o->t, LLVMBuildNSWAdd(BB, base, l.iv, ""), FJ_CG_PREFETCH_L2);
+		for (int q = 1; q <= n; q++) {
+			LLVMValueRef row = LLVMBuildNSWAdd(BB, base, LLVMBuildNSWMul(BB, o->t.stride[dr - 2], c64(h, q), ""), "");
+			fj_cg_prefetch(h->cg, &o->t, LLVMBuildNSWAdd(BB, row, l.iv, ""), FJ_CG_PREFETCH_L2);
+		}
 		fj_cg_loop_end(h->cg, &l);
 	}
 }
@@ -165,7 +168,7 @@ static void kblock_begin(hctx *h, kblock *kb, fj_rg_acc *accs, int ph, LLVMValue
 				                   ? LLVMBuildFPTrunc(BB, accs[kb->which[j]].shift, h->cg->t_f32, "") : NULL;
 			LLVMValueRef end = imin(h, LLVMBuildNSWAdd(BB, kb->bl.iv, c64(h, KBLOCK), ""), n);
 			if (ph > 0)
-				prefetch_next_row(h, idx, kb->bl.iv, end);
+				prefetch_rows(h, idx, kb->bl.iv, end, 1);
 			fj_cg_loop_begin(h->cg, &kn->l[kn->n], kb->bl.iv, end, "k");
 		} else {
 			fj_cg_loop_begin(h->cg, &kn->l[kn->n], c64(h, 0), n, "k");
@@ -403,18 +406,54 @@ static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMV
  * 1 and 4 KiB ran like 2. */
 enum { NTBUF = 2048, NT_MIN_BYTES = 8 << 20, MAXNT = 2 };
 
+/* ---- row groups ----
+ * persistent_inner_outer adds each row's operands of the column sums to
+ * the slot's partials in the output pass: a load and a store of every
+ * partial per row element, beside the row's own loads and stores
+ * (layer_norm's backward: two partials, with x, the tangent and the weight
+ * read and the input gradient written). Its rows therefore go GROUP at a
+ * time: each row's reduction passes in turn, then one output pass over the
+ * group, which loads each partial once, adds the rows' operands in row
+ * order -- ((p + a) + b), the bits of one row after the other -- and
+ * stores it once; the weight is loaded once for the group too. A slot's
+ * odd last row goes alone. */
+enum { GROUP = 2, MAXGROUP = 4 };
+
+typedef struct rowgroup {
+	int n;                                          /* rows */
+	LLVMValueRef row[MAXGROUP];                     /* R-linear index */
+	LLVMValueRef idx[MAXGROUP][FJ_MAX_RANK];        /* D index (K dims: the pass's) */
+	LLVMValueRef ridx[MAXGROUP][FJ_MAX_RANK];       /* R index */
+	LLVMValueRef res[MAXGROUP][FJ_RG_MAX_REDS][2];  /* each row's reduction results */
+} rowgroup;
+
+/* Saves (save) or binds again row j's reduction results. */
+static void group_results(hctx *h, rowgroup *g, int j, bool save)
+{
+	for (int i = 0; i < h->a->nreds; i++) {
+		const fj_node *n = &h->body->nodes[h->a->reds[i]];
+		for (uint32_t q = 0; q < n->nres && q < 2; q++) {
+			if (save)
+				g->res[j][i][q] = h->r.bound[n->res[q]];
+			else
+				fj_rg_bind(&h->r, n->res[q], g->res[j][i][q]);
+		}
+	}
+}
+
 typedef struct ntplan {
 	int n;
 	uint32_t out[MAXNT];      /* output indices */
-	LLVMValueRef buf[MAXNT];  /* [NTBUF x i8] stack buffers, 64-byte aligned */
+	LLVMValueRef buf[MAXGROUP][MAXNT];  /* per row of a group: [NTBUF x i8] stack buffers, 64-byte aligned */
 	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
 	bool checked;             /* ok holds wherever the plan is used (n > 0): no plain-store pass */
 	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
 } ntplan;
 
 /* Plans streaming for the outputs that qualify when K is D's innermost dim
- * alone (a row is contiguous) and no cached value lives in them. */
-static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
+ * alone (a row is contiguous) and no cached value lives in them, with
+ * buffers for groups of `rows` rows. */
+static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc, int rows)
 {
 	fj_cg *cg = h->cg;
 	const fj_rg_analysis *a = h->a;
@@ -430,10 +469,11 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc)
 			scratch |= rc->out[k] == o;
 		if (!row_output(h, j) || scratch || o->rank != dr)
 			continue;
-		LLVMValueRef buf = fj_cg_var(cg, LLVMArrayType(cg->t_i8, NTBUF), NULL, "ntbuf");
-		LLVMSetAlignment(buf, 64);
-		nt->out[nt->n] = j;
-		nt->buf[nt->n++] = buf;
+		for (int g = 0; g < rows; g++) {
+			nt->buf[g][nt->n] = fj_cg_var(cg, LLVMArrayType(cg->t_i8, NTBUF), NULL, "ntbuf");
+			LLVMSetAlignment(nt->buf[g][nt->n], 64);
+		}
+		nt->out[nt->n++] = j;
 	}
 	if (!nt->n)
 		return;
@@ -483,7 +523,7 @@ static bool stream_plan(hctx *h, const rowcache *rc, LLVMValueRef count, rowcach
 	*rcs = *rc;
 	for (int k = 0; k < rc->n; k++)
 		rcs->out[k] = NULL;
-	ntplan_make(h, nts, rcs);
+	ntplan_make(h, nts, rcs, 1);
 	LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLE, count, c64(h, ROWCACHE), "");
 	for (int k = 0; k < rc->n; k++) {
 		const fj_cg_tensor *o = rc->out[k];
@@ -513,9 +553,10 @@ static LLVMValueRef row_offset(hctx *h, const fj_cg_tensor *o, const LLVMValueRe
 	return fj_cg_offset(h->cg, o, at);
 }
 
-/* Copies hi - lo elements of each planned output from its buffer to offset
- * off[i] of the output with non-temporal 64-byte stores. */
-static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValueRef lo, LLVMValueRef hi)
+/* Copies hi - lo elements of each planned output from its buffer for row
+ * g of the group to offset off[i] of the output with non-temporal 64-byte
+ * stores. */
+static void nt_copy(hctx *h, const ntplan *nt, int g, const LLVMValueRef *off, LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_cg *cg = h->cg;
 	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
@@ -530,7 +571,7 @@ static void nt_copy(hctx *h, const ntplan *nt, const LLVMValueRef *off, LLVMValu
 		                                     c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
 		fj_cg_loop l;
 		fj_cg_loop_begin(cg, &l, c64(h, 0), LLVMBuildSDiv(BB, bytes, c64(h, 64), ""), "nt");
-		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[i], &l.iv, 1, "");
+		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[g][i], &l.iv, 1, "");
 		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, dst0, &l.iv, 1, "");
 		LLVMValueRef v = LLVMBuildLoad2(BB, vty, src, "");
 		LLVMSetAlignment(v, 64);
@@ -548,31 +589,40 @@ static bool output_prefetch(hctx *h)
 	return h->a->nphases == 1 && row_prefetch(h);
 }
 
-static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt, const LLVMValueRef *off,
+/* The D-output pass of group g: every D-shaped output at every K point of
+ * each row, the column sums' operands of the rows added at once. With nt,
+ * at the points [lo, hi) of the innermost (only) K dim, the outputs nt
+ * plans written to their buffers (row j's element lo, at offset off[j][i]
+ * of output i, at byte 0 of its buffer). */
+static void output_pass(hctx *h, const rowcache *rc, rowgroup *g, const ntplan *nt, LLVMValueRef (*off)[MAXNT],
                         LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_rg *r = &h->r;
 	int dr = h->a->dom->rank;
+	LLVMValueRef *idx = g->idx[0];
 	fj_cg_tensor saved[MAXNT];
+	LLVMValueRef view[MAXGROUP][MAXNT];
 	for (int i = 0; nt && i < nt->n; i++) {
-		/* a view of the buffer that the row's own offsets index: its base
-		 * is the buffer minus the offset of element lo (not in bounds: no
+		/* views of the buffers that the rows' own offsets index: a base
+		 * of the buffer minus the offset of element lo (not in bounds: no
 		 * inbounds) */
 		fj_cg_tensor *o = &h->out[nt->out[i]];
 		saved[i] = *o;
-		LLVMValueRef back = LLVMBuildNeg(BB, off[i], "");
-		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[i], &back, 1, "");
+		for (int j = 0; j < g->n; j++) {
+			LLVMValueRef back = LLVMBuildNeg(BB, off[j][i], "");
+			view[j][i] = LLVMBuildGEP2(BB, fj_cg_storage_type(h->cg, o->dtype), nt->buf[j][i], &back, 1, "");
+		}
 	}
 	knest kn;
 	fj_cg_loop l, bl;
 	bool blocks = !nt && output_prefetch(h);
-	if (blocks) { /* the row in blocks, each prefetching the next row's */
+	if (blocks) { /* the row in blocks, each prefetching the next rows' */
 		LLVMValueRef n = fj_rg_dim(r, h->a->dom_v, dr - 1);
 		fj_cg_loop_begin(h->cg, &bl, c64(h, 0), n, "ob");
 		bl.step = c64(h, KBLOCK);
 		lo = bl.iv;
 		hi = imin(h, LLVMBuildNSWAdd(BB, bl.iv, c64(h, KBLOCK), ""), n);
-		prefetch_next_row(h, idx, lo, hi);
+		prefetch_rows(h, g->idx[g->n - 1], lo, hi, g->n);
 	}
 	if (nt || blocks) {
 		fj_cg_loop_begin(h->cg, &l, lo, hi, "k");
@@ -580,28 +630,42 @@ static void output_pass(hctx *h, const rowcache *rc, LLVMValueRef *idx, const nt
 	} else {
 		fj_rh_knest_begin(h, &kn, idx);
 	}
-	fj_rg_scope_push(r);
-	rc_bind(h, rc, h->a->nphases, rc ? fj_rh_kpos(h, idx) : NULL, idx);
-	fj_rg_point p;
-	fj_rg_point_idx(&p, dr, idx);
-	fj_rh_store_outputs(h, OUT_D, &p);
-	fj_rh_col_accumulate(h, &p, idx);
-	fj_rg_scope_pop(r);
+	LLVMValueRef vals[MAXGROUP][FJ_RG_MAX_REDS];
+	for (int j = 0; j < g->n; j++) {
+		for (int d = 0; d < dr; d++)
+			if (h->a->kmask & (1u << d))
+				g->idx[j][d] = idx[d];
+		if (g->n > 1)
+			group_results(h, g, j, false);
+		for (int i = 0; nt && i < nt->n; i++)
+			h->out[nt->out[i]].ptr = view[j][i];
+		fj_rg_scope_push(r);
+		rc_bind(h, rc, h->a->nphases, rc ? fj_rh_kpos(h, idx) : NULL, idx);
+		fj_rg_point p;
+		fj_rg_point_idx(&p, dr, g->idx[j]);
+		fj_rh_store_outputs(h, OUT_D, &p);
+		fj_rh_col_values(h, &p, vals[j]);
+		fj_rg_scope_pop(r);
+	}
+	fj_rh_col_add(h, idx, vals, g->n);
+	/* as many vectors side by side as one row's (AVX2: a pair of rows
+	 * interleaved 4 times spills) */
+	int il = FJ_CG_INTERLEAVE / g->n > 1 ? FJ_CG_INTERLEAVE / g->n : 1;
 	if (nt || blocks) {
 		fj_cg_loop_end(h->cg, &l);
-		fj_rh_vector_width(h, &l, FJ_CG_INTERLEAVE);
+		fj_rh_vector_width(h, &l, il);
 		if (blocks)
 			fj_cg_loop_end(h->cg, &bl);
 	} else {
-		fj_rh_knest_end(h, &kn, true);
+		fj_rh_knest_end(h, &kn, il);
 	}
 	for (int i = 0; nt && i < nt->n; i++)
 		h->out[nt->out[i]] = saved[i];
 }
 
-/* The D-output pass of a row streamed: chunks of the row written to the
+/* The D-output pass of a group streamed: chunks of the rows written to the
  * buffers, each copied out before the next. */
-static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+static void output_pass_nt(hctx *h, const rowcache *rc, rowgroup *g, const ntplan *nt)
 {
 	int dr = h->a->dom->rank;
 	LLVMValueRef n = fj_rg_dim(&h->r, h->a->dom_v, dr - 1);
@@ -609,46 +673,53 @@ static void output_pass_nt(hctx *h, const rowcache *rc, LLVMValueRef *idx, const
 	fj_cg_loop_begin(h->cg, &lc, c64(h, 0), n, "chunk");
 	lc.step = c64(h, nt->chunk);
 	LLVMValueRef hi = imin(h, LLVMBuildNSWAdd(BB, lc.iv, c64(h, nt->chunk), ""), n);
-	LLVMValueRef off[MAXNT];
-	for (int i = 0; i < nt->n; i++)
-		off[i] = row_offset(h, &h->out[nt->out[i]], idx, lc.iv);
+	LLVMValueRef off[MAXGROUP][MAXNT];
+	for (int j = 0; j < g->n; j++)
+		for (int i = 0; i < nt->n; i++)
+			off[j][i] = row_offset(h, &h->out[nt->out[i]], g->idx[j], lc.iv);
 	if (output_prefetch(h))
-		prefetch_next_row(h, idx, lc.iv, hi);
-	output_pass(h, rc, idx, nt, off, lc.iv, hi);
-	nt_copy(h, nt, off, lc.iv, hi);
+		prefetch_rows(h, g->idx[g->n - 1], lc.iv, hi, g->n);
+	output_pass(h, rc, g, nt, off, lc.iv, hi);
+	for (int j = 0; j < g->n; j++)
+		nt_copy(h, nt, j, off[j], lc.iv, hi);
 	fj_cg_loop_end(h->cg, &lc);
 }
 
-/* The row's D-sized outputs: one more pass over the row (in cache),
+/* The group's D-sized outputs: one more pass over its rows (in cache),
  * streamed out when the plan says so. */
-static void d_outputs(hctx *h, const rowcache *rc, LLVMValueRef *idx, const ntplan *nt)
+static void d_outputs(hctx *h, const rowcache *rc, rowgroup *g, const ntplan *nt)
 {
 	fj_cg_if c;
 	if (nt->checked) { /* this version runs under nt->ok */
-		output_pass_nt(h, rc, idx, nt);
+		output_pass_nt(h, rc, g, nt);
 	} else if (nt->n) {
 		fj_cg_if_begin(h->cg, &c, nt->ok);
-		output_pass_nt(h, rc, idx, nt);
+		output_pass_nt(h, rc, g, nt);
 		fj_cg_if_else(h->cg, &c);
-		output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
+		output_pass(h, rc, g, NULL, NULL, NULL, NULL);
 		fj_cg_if_end(h->cg, &c);
 	} else {
-		output_pass(h, rc, idx, NULL, NULL, NULL, NULL);
+		output_pass(h, rc, g, NULL, NULL, NULL, NULL);
 	}
 }
 
 /* Softmax's division by the row sum by reciprocal (fj_rg_recip_max): the
- * reduction that is its max (*mi), and an i32 variable for the min of its
- * operand over the row (as order_key), kept by the max's pass; NULL when
- * the region has no such division. */
-static LLVMValueRef recip_var(hctx *h, int *mi)
+ * index of the reduction that is its max, or -1 (no such division). */
+static int recip_max(hctx *h)
 {
 	for (int i = 0; i < h->a->nreds; i++)
-		if (fj_rg_recip_max(&h->r, &h->body->nodes[h->a->reds[i]])) {
-			*mi = i;
-			return fj_cg_var(h->cg, h->cg->t_i32, NULL, "recipmin");
-		}
-	return NULL;
+		if (fj_rg_recip_max(&h->r, &h->body->nodes[h->a->reds[i]]))
+			return i;
+	return -1;
+}
+
+/* That reduction (*mi), and an i32 variable for the min of its operand
+ * over the row (as order_key), kept by the max's pass; NULL when the
+ * region has no such division. */
+static LLVMValueRef recip_var(hctx *h, int *mi)
+{
+	*mi = recip_max(h);
+	return *mi >= 0 ? fj_cg_var(h->cg, h->cg->t_i32, NULL, "recipmin") : NULL;
 }
 
 /* The bits of f32 x as an i32 that orders like x (negative floats' bits
@@ -675,15 +746,11 @@ static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin, LLVMValueRef max)
 	return LLVMBuildFCmp(BB, LLVMRealOGE, spread, LLVMConstReal(cg->t_f64, FJ_RG_RECIP_SPREAD), "");
 }
 
-/* One row: the reduction passes, then the outputs. rc: NULL, or the values
- * to keep in the row buffer. Softmax's output pass comes in two versions:
- * by reciprocal when the row's min is within 40 of its max (every weight
- * at least e^-40), else with divisions (a NaN or -inf in the row: the
- * spread is NaN or -inf). The min costs the max pass four integer ops per
- * vector (order_key); in llvm-mca on Zen 4 the output loop takes 3 instead
- * of 6 cycles per 16 floats with AVX-512, 2 instead of 3 per 8 with AVX2. */
-static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef *ridx, int nk, LLVMValueRef row,
-                      LLVMValueRef count, const rowcache *rc, const ntplan *nt)
+/* One row's reduction passes and R-sized outputs (rc: NULL, or the values
+ * to keep in the row buffer). Returns, for softmax's division by
+ * reciprocal, the row's condition for it (recip_check), else NULL. */
+static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef *ridx, int nk,
+                               LLVMValueRef row, LLVMValueRef count, const rowcache *rc)
 {
 	fj_cg *cg = h->cg;
 	fj_rg *r = &h->r;
@@ -693,7 +760,6 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 	LLVMValueRef rmin = recip_var(h, &mi), recip_ok = NULL;
 	if (rmin)
 		fj_cg_set(cg, rmin, fj_cg_i32(cg, INT32_MAX));
-	fj_rg_scope_push(r);
 	for (int ph = 0; ph < a->nphases; ph++) {
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph)
@@ -738,18 +804,41 @@ static void inner_row(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef 
 		pr.lin = row;
 		fj_rh_store_outputs(h, OUT_R, &pr);
 	}
+	return recip_ok;
+}
+
+/* The rows of group g: each row's reduction passes, then the outputs. A
+ * group of one row may keep values in the row buffer (rc) and divide by
+ * reciprocal: softmax's output pass comes in two versions, by reciprocal
+ * when the row's min is within 40 of its max (every weight at least
+ * e^-40), else with divisions (a NaN or -inf in the row: the spread is NaN
+ * or -inf). The min costs the max pass four integer ops per vector
+ * (order_key); in llvm-mca on Zen 4 the output loop takes 3 instead of 6
+ * cycles per 16 floats with AVX-512, 2 instead of 3 per 8 with AVX2. */
+static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueRef count, const rowcache *rc,
+                       const ntplan *nt)
+{
+	fj_rg *r = &h->r;
+	LLVMValueRef recip_ok = NULL;
+	fj_rg_scope_push(r);
+	for (int j = 0; j < g->n; j++) {
+		recip_ok = row_reduce(h, accs, g->idx[j], g->ridx[j], nk, g->row[j], count, rc);
+		if (g->n > 1)
+			group_results(h, g, j, true);
+	}
+	FJ_ASSERT(g->n == 1 || (!rc && !recip_ok));
 	if (fj_rh_has_outputs(h, OUT_D) || h->part) {
 		if (recip_ok) {
 			fj_cg_if c;
-			fj_cg_if_begin(cg, &c, recip_ok);
+			fj_cg_if_begin(h->cg, &c, recip_ok);
 			r->recip = true;
-			d_outputs(h, rc, idx, nt);
+			d_outputs(h, rc, g, nt);
 			r->recip = false;
-			fj_cg_if_else(cg, &c);
-			d_outputs(h, rc, idx, nt);
-			fj_cg_if_end(cg, &c);
+			fj_cg_if_else(h->cg, &c);
+			d_outputs(h, rc, g, nt);
+			fj_cg_if_end(h->cg, &c);
 		} else {
-			d_outputs(h, rc, idx, nt);
+			d_outputs(h, rc, g, nt);
 		}
 	}
 	fj_rg_scope_pop(r);
@@ -762,17 +851,44 @@ typedef struct rowspace {
 	int kd[FJ_MAX_RANK], nk;
 } rowspace;
 
-static void row_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, const rowcache *rc, const ntplan *nt)
+/* The rows [lo, hi), n at a time. */
+static void group_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, LLVMValueRef lo, LLVMValueRef hi, int n,
+                       const rowcache *rc, const ntplan *nt)
 {
 	fj_cg_loop lr;
-	fj_cg_loop_begin(h->cg, &lr, rs->lo, rs->hi, "rows");
-	LLVMValueRef ridx[FJ_MAX_RANK], idx[FJ_MAX_RANK];
-	fj_cg_unravel(h->cg, lr.iv, rs->dims, rs->nk, ridx);
-	for (int i = 0; i < rs->nk; i++)
-		idx[rs->kd[i]] = ridx[i];
-	inner_row(h, accs, idx, ridx, rs->nk, lr.iv, rs->count, rc, nt);
-	fj_rh_col_row_done(h, lr.iv, rs->lo, rs->hi);
+	fj_cg_loop_begin(h->cg, &lr, lo, hi, "rows");
+	lr.step = c64(h, n);
+	rowgroup g = {.n = n};
+	for (int j = 0; j < n; j++) {
+		g.row[j] = LLVMBuildNSWAdd(BB, lr.iv, c64(h, j), "");
+		fj_cg_unravel(h->cg, g.row[j], rs->dims, rs->nk, g.ridx[j]);
+		for (int i = 0; i < rs->nk; i++)
+			g.idx[j][rs->kd[i]] = g.ridx[j][i];
+	}
+	inner_rows(h, accs, &g, rs->nk, rs->count, rc, nt);
+	fj_rh_col_row_done(h, g.row[n - 1], rs->lo, rs->hi);
 	fj_cg_loop_end(h->cg, &lr);
+}
+
+/* Rows in groups (the column sums of persistent_inner_outer, neither a
+ * row buffer nor softmax's reciprocal), else one at a time. */
+static int group_rows(hctx *h, const rowcache *rc)
+{
+	return h->part && !rc && recip_max(h) < 0 ? GROUP : 1;
+}
+
+static void row_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, const rowcache *rc, const ntplan *nt)
+{
+	int n = group_rows(h, rc);
+	if (n == 1) {
+		group_loop(h, accs, rs, rs->lo, rs->hi, 1, rc, nt);
+		return;
+	}
+	/* whole groups, then the rest one at a time */
+	LLVMValueRef span = LLVMBuildNSWSub(BB, rs->hi, rs->lo, "");
+	LLVMValueRef end = LLVMBuildNSWSub(BB, rs->hi, LLVMBuildSRem(BB, span, c64(h, n), ""), "");
+	group_loop(h, accs, rs, rs->lo, end, n, rc, nt);
+	group_loop(h, accs, rs, end, rs->hi, 1, rc, nt);
 }
 
 void fj_rh_tpl_inner(hctx *h)
@@ -788,7 +904,7 @@ void fj_rh_tpl_inner(hctx *h)
 	rowcache_plan(h, &rc);
 	rowspace rs = {.count = fj_rh_red_count(h)};
 	ntplan nt, nts;
-	ntplan_make(h, &nt, &rc);
+	ntplan_make(h, &nt, &rc, a->noreds ? GROUP : 1);
 	rowcache rcs;
 	bool stream = stream_plan(h, &rc, rs.count, &rcs, &nts);
 	bool par = fj_rh_pick_par_r(h);

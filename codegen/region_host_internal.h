@@ -81,7 +81,7 @@ typedef struct knest {
 } knest;
 
 void fj_rh_knest_begin(hctx *h, knest *kn, LLVMValueRef *idx);
-void fj_rh_knest_end(hctx *h, knest *kn, bool innermost);
+void fj_rh_knest_end(hctx *h, knest *kn, int interleave);
 
 /* ---- templates ---- */
 
@@ -102,7 +102,10 @@ bool fj_rh_has_outputs(hctx *h, int cls);
 
 /* ---- column sums of persistent_inner_outer (region_host_cols.c) ---- */
 
-void fj_rh_col_accumulate(hctx *h, fj_rg_point *p, LLVMValueRef *idx);
+/* An output pass adds each point's fj_rh_col_values, of one row or of
+ * several (region_host_inner.c's row groups), with one fj_rh_col_add. */
+void fj_rh_col_values(hctx *h, fj_rg_point *p, LLVMValueRef *vals);
+void fj_rh_col_add(hctx *h, LLVMValueRef *idx, LLVMValueRef (*vals)[FJ_RG_MAX_REDS], int n);
 void fj_rh_col_row_done(hctx *h, LLVMValueRef row, LLVMValueRef rlo, LLVMValueRef rhi);
 void fj_rh_col_merge(hctx *h);
 void fj_rh_part_zero(hctx *h, LLVMValueRef s);

@@ -192,7 +192,7 @@ void fj_rh_tpl_outer(hctx *h)
 		}
 		fj_rg_scope_pop(r);
 		fj_cg_loop_end(cg, &lt);
-		fj_rh_knest_end(h, &kn, false);
+		fj_rh_knest_end(h, &kn, 0);
 		/* finish into the result arrays */
 		fj_cg_loop_begin(cg, &lt, c64(h, 0), len, "t");
 		for (int i = 0; i < a->nreds; i++) {
@@ -244,7 +244,7 @@ void fj_rh_tpl_outer(hctx *h)
 		fj_rg_scope_pop(r);
 		fj_cg_loop_end(cg, &lt);
 		if (cls == OUT_D)
-			fj_rh_knest_end(h, &kn, false);
+			fj_rh_knest_end(h, &kn, 0);
 	}
 	for (int i = 0; i < a->nreds; i++)
 		for (uint32_t q = 0; q < b->nodes[a->reds[i]].nres && q < 2; q++)
