@@ -29,7 +29,9 @@
  * the row G's accumulated in the block instead of by atomics):
  *   Ft_f = Zp_f^T Xp_f (the matmul micro-kernel, fj_rg_micro_emit);
  *   per (j, i): every W_g, F bound to Ft_f[j][i], kept in Wt (0 past the
- *       block's rows and columns);
+ *       block's rows and columns); under a mask, first with the F's it
+ *       drops bound to NaN instead, their Ft and the W's again only when
+ *       a W comes out NaN (mask_fs);
  *   column G: Ac_g += Wt rows x Yp_g rows i0..; row G: Ac_g rows i0.. +=
  *       Wt^T x Yp_g rows j0.. (the micro-kernel again), left out when every
  *       weight of W_g in the block is exactly 0 (a causal mask's blocks
@@ -67,6 +69,9 @@ typedef struct bwt {
 	LLVMValueRef wt[FJ_ATTN_BW_MAX_G];
 	LLVMValueRef wlive[FJ_ATTN_BW_MAX_G]; /* variables (i8): a weight of the block is not 0 */
 	LLVMValueRef yfin[FJ_ATTN_BW_MAX_G];  /* per G, per block of Y's rows: every element finite (i8) */
+	unsigned fs;            /* bit f: a mask can drop F f from the W's (mask_fs), none: 0 */
+	LLVMValueRef wnan;      /* variable (i8): a weight of the block is NaN with the F's fs bound to NaN */
+	LLVMValueRef guess;     /* variable (i8): the key block's last query block did without them */
 	int nw, gwi[FJ_ATTN_BW_MAX_G]; /* G g reads wt[gwi[g]] */
 	int res_g[MAXOUT]; /* the G each result is computed from */
 } bwt;
@@ -195,9 +200,10 @@ static void pack_batch(bwt *t, LLVMValueRef b)
 
 /* Wt[j][i] for the block's rows j < klen (keys j0 + j) and every column
  * i < QB (queries i0 + i; 0 past M), from Ft; lead: W's dims before the
- * last two, batch b unravelled over them. */
+ * last two, batch b unravelled over them. nan_fs: with the F's fs bound
+ * to NaN instead, noting in wnan whether a weight is NaN (see mask_fs). */
 static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef j0, LLVMValueRef klen,
-                    LLVMValueRef i0)
+                    LLVMValueRef i0, bool nan_fs)
 {
 	fj_cg *cg = t->cg;
 	fj_rg *r = t->r;
@@ -205,6 +211,8 @@ static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueR
 	LLVMValueRef mlast = LLVMBuildNSWSub(BB, t->M, k64(t, 1), "");
 	for (int w = 0; w < t->nw; w++)
 		fj_cg_set(cg, t->wlive[w], LLVMConstInt(cg->t_i8, 0, 0));
+	if (nan_fs)
+		fj_cg_set(cg, t->wnan, LLVMConstInt(cg->t_i8, 0, 0));
 	fj_cg_loop lj, li;
 	fj_cg_loop_begin(cg, &lj, k64(t, 0), klen, "wj");
 	fj_rg_scope_push(r);
@@ -214,7 +222,8 @@ static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueR
 	LLVMValueRef ig = add(t, i0, li.iv), ok = lt(t, ig, t->M), off = add(t, roff, li.iv);
 	LLVMValueRef i = smin(t, ig, mlast);
 	for (uint32_t f = 0; f < t->m.nf; f++)
-		fj_rg_bind(r, body->nodes[t->m.f[f]].res[0], ld(t, at(t, t->ft[f], off)));
+		fj_rg_bind(r, body->nodes[t->m.f[f]].res[0],
+		           nan_fs && (t->fs >> f & 1) ? LLVMConstReal(t->f32, __builtin_nan("")) : ld(t, at(t, t->ft[f], off)));
 	LLVMValueRef idx[FJ_MAX_RANK];
 	for (int d = 0; d < t->xrank - 2; d++)
 		idx[d] = lead[d];
@@ -223,12 +232,16 @@ static void weights(bwt *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueR
 	fj_rg_point p;
 	fj_rg_point_idx(&p, t->xrank, idx);
 	p.lin = add(t, mul(t, add(t, mul(t, b, t->M), i), t->N), j);
+	LLVMValueRef anynan = LLVMConstInt(cg->t_i1, 0, 0);
 	for (int w = 0; w < t->nw; w++) {
 		LLVMValueRef x = LLVMBuildSelect(BB, ok, fj_rg_eval_as(r, t->w[w], &p, FJ_DT_F32), zero(t), "");
 		st(t, at(t, t->wt[w], off), x);
 		LLVMValueRef nz = LLVMBuildFCmp(BB, LLVMRealUNE, x, zero(t), ""); /* NaN too */
 		fj_cg_set(cg, t->wlive[w], LLVMBuildSelect(BB, nz, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->wlive[w], cg->t_i8), ""));
+		anynan = LLVMBuildOr(BB, anynan, LLVMBuildFCmp(BB, LLVMRealUNO, x, x, ""), "");
 	}
+	if (nan_fs) /* one select a point: an any-of reduction the vectoriser knows */
+		fj_cg_set(cg, t->wnan, LLVMBuildSelect(BB, anynan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->wnan, cg->t_i8), ""));
 	for (uint32_t f = 0; f < t->m.nf; f++)
 		fj_rg_bind(r, body->nodes[t->m.f[f]].res[0], NULL);
 	fj_rg_scope_pop(r);
@@ -280,10 +293,25 @@ static void store_g(bwt *t, uint32_t g, LLVMValueRef b, LLVMValueRef r0, LLVMVal
 
 /* ---- one batch ---- */
 
+/* Ft_f of the block of keys from panel jp0 and queries from panel ip0. */
+static void first_stage(bwt *t, uint32_t f, LLVMValueRef jp0, LLVMValueRef ip0)
+{
+	fj_cg *cg = t->cg;
+	fj_cg_loop lj, li;
+	fj_cg_loop_begin(cg, &lj, k64(t, 0), k64(t, KB / t->mr), "fj");
+	fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, t->qb / t->nr), "fi");
+	LLVMValueRef a = at(t, t->zp[f], mul(t, add(t, jp0, lj.iv), mul(t, t->kf[f], k64(t, t->mr))));
+	LLVMValueRef bp = at(t, t->xp[f], mul(t, add(t, ip0, li.iv), mul(t, t->kf[f], k64(t, t->nr))));
+	LLVMValueRef c = at(t, t->ft[f], add(t, mul(t, lj.iv, k64(t, (int64_t)t->mr * t->qb)), mul(t, li.iv, k64(t, t->nr))));
+	fj_rg_micro_emit(cg, &t->uf, a, bp, c, t->kf[f], LLVMConstInt(cg->t_i1, 1, 0));
+	fj_cg_loop_end(cg, &li);
+	fj_cg_loop_end(cg, &lj);
+}
+
 static void batch(bwt *t, LLVMValueRef b)
 {
 	fj_cg *cg = t->cg;
-	LLVMValueRef one = LLVMConstInt(cg->t_i1, 1, 0), none = LLVMConstInt(cg->t_i1, 0, 0);
+	LLVMValueRef none = LLVMConstInt(cg->t_i1, 0, 0);
 	pack_batch(t, b);
 	LLVMValueRef lead[FJ_MAX_RANK];
 	if (t->xrank > 2) {
@@ -300,24 +328,38 @@ static void batch(bwt *t, LLVMValueRef b)
 	for (uint32_t g = 0; g < t->m.ng; g++)
 		if (t->m.gt[g])
 			zero_fill(t, t->ac[g], mul(t, t->gpan[g], k64(t, (int64_t)KB * t->nr)));
+	if (t->fs) /* the key block's first query block tries without them */
+		fj_cg_set(cg, t->guess, LLVMConstInt(cg->t_i8, 1, 0));
 	/* rows of Wt past the keys: zeros, once per block (the row G's sum over them) */
 	for (int w = 0; w < t->nw; w++)
 		zero_fill(t, at(t, t->wt[w], mul(t, klen, k64(t, t->qb))), mul(t, LLVMBuildNSWSub(BB, k64(t, KB), klen, ""), k64(t, t->qb)));
 	fj_cg_loop_begin(cg, &lq, k64(t, 0), t->Mp, "qblk");
 	lq.step = k64(t, t->qb);
 	LLVMValueRef i0 = lq.iv, ip0 = LLVMBuildUDiv(BB, i0, k64(t, t->nr), "");
-	for (uint32_t f = 0; f < t->m.nf; f++) {
-		fj_cg_loop lj, li;
-		fj_cg_loop_begin(cg, &lj, k64(t, 0), k64(t, KB / t->mr), "fj");
-		fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, t->qb / t->nr), "fi");
-		LLVMValueRef a = at(t, t->zp[f], mul(t, add(t, jp0, lj.iv), mul(t, t->kf[f], k64(t, t->mr))));
-		LLVMValueRef bp = at(t, t->xp[f], mul(t, add(t, ip0, li.iv), mul(t, t->kf[f], k64(t, t->nr))));
-		LLVMValueRef c = at(t, t->ft[f], add(t, mul(t, lj.iv, k64(t, (int64_t)t->mr * t->qb)), mul(t, li.iv, k64(t, t->nr))));
-		fj_rg_micro_emit(cg, &t->uf, a, bp, c, t->kf[f], one);
-		fj_cg_loop_end(cg, &li);
-		fj_cg_loop_end(cg, &lj);
+	for (uint32_t f = 0; f < t->m.nf; f++)
+		if (!(t->fs >> f & 1))
+			first_stage(t, f, jp0, ip0);
+	if (!t->fs) {
+		weights(t, lead, b, j0, klen, i0, false);
+	} else {
+		/* the weights with the F's fs bound to NaN, where the key block's
+		 * last query block did without them; those F's and the weights
+		 * again when one of them is NaN (see mask_fs) */
+		LLVMValueRef guess = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->guess, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
+		fj_cg_set(cg, t->wnan, LLVMConstInt(cg->t_i8, 1, 0));
+		fj_cg_if gs, full;
+		fj_cg_if_begin(cg, &gs, guess);
+		weights(t, lead, b, j0, klen, i0, true);
+		fj_cg_if_end(cg, &gs);
+		LLVMValueRef need = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->wnan, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
+		fj_cg_if_begin(cg, &full, need);
+		for (uint32_t f = 0; f < t->m.nf; f++)
+			if (t->fs >> f & 1)
+				first_stage(t, f, jp0, ip0);
+		weights(t, lead, b, j0, klen, i0, false);
+		fj_cg_if_end(cg, &full);
+		fj_cg_set(cg, t->guess, LLVMBuildZExt(BB, LLVMBuildNot(BB, need, ""), cg->t_i8, ""));
 	}
-	weights(t, lead, b, j0, klen, i0);
 	for (uint32_t g = 0; g < t->m.ng; g++) {
 		/* left out when every weight of the block is exactly 0 (a causal
 		 * mask's blocks above the diagonal) and Y's rows there are finite */
@@ -358,6 +400,46 @@ static void batch(bwt *t, LLVMValueRef b)
 }
 
 /* ---- the kernel ---- */
+
+/* A block of keys past a causal mask's diagonal needs no first stage: its
+ * weights are P = 0 and dS = 0 (dP - D), or the where of dS's gradient,
+ * whatever the scores are. The first-stage matmuls F that every W depends
+ * on only through steps that carry a NaN through and through a where's
+ * values (fj_attn_drops_only: the scores under a mask; dP too when dS goes
+ * through the mask's where), or not at all, are therefore left out where
+ * every weight of the block, computed with them bound to NaN, is not NaN:
+ * each is then its value for every F (a live score makes its weights NaN;
+ * so does an inf in dP where dS keeps 0 x inf). The kernel tries that for
+ * the first query block of each key block, then for the next ones as long
+ * as it worked: along a key block's query blocks a causal mask's dead
+ * blocks come first, so only the block that crosses the diagonal computes
+ * its weights twice. Sets t->fs (0: none, no mask); false: no memory. */
+static bool mask_fs(bwt *t)
+{
+	const fj_graph *g = t->h->body;
+	size_t sz = 2 * (size_t)(g->nvalues ? g->nvalues : 1);
+	uint8_t *scratch = fj_alloc(t->cg->ctx, sz);
+	if (!scratch)
+		return false;
+	fj_vid fv[FJ_ATTN_BW_MAX_F];
+	uint32_t n = 0;
+	for (uint32_t f = 0; f < t->m.nf; f++) {
+		fj_vid v = g->nodes[t->m.f[f]].res[0];
+		bool ok = true;
+		for (int w = 0; w < t->nw && ok; w++)
+			ok = !fj_attn_depends(g, &v, 1, t->w[w], scratch) || fj_attn_drops_only(g, &v, 1, t->w[w], scratch);
+		if (ok) {
+			t->fs |= 1u << f;
+			fv[n++] = v;
+		}
+	}
+	/* together: bound to NaN at once */
+	for (int w = 0; w < t->nw && n; w++)
+		if (fj_attn_depends(g, fv, n, t->w[w], scratch) && !fj_attn_drops_only(g, fv, n, t->w[w], scratch))
+			t->fs &= 0u - t->fs, n = 0; /* the first one alone (each passed alone) */
+	fj_free(t->cg->ctx, scratch, sz);
+	return true;
+}
 
 /* The G result j is computed from (-1: none, -2: several). */
 static int result_g(bwt *t, fj_vid v, int depth)
@@ -450,6 +532,10 @@ fj_status fj_rh_tpl_attention_bw(hctx *h)
 	}
 	for (int w = 0; w < t->nw; w++)
 		t->wlive[w] = fj_cg_var(cg, cg->t_i8, NULL, "wlive");
+	if (!mask_fs(t))
+		return fj_cg_error(cg, FJ_ERR_NOMEM, h->a->node, "out of memory");
+	t->wnan = fj_cg_var(cg, cg->t_i8, NULL, "wnan");
+	t->guess = fj_cg_var(cg, cg->t_i8, NULL, "guess");
 	fj_vid wv = t->m.gw[0];
 	t->rank = vrank(h, body->nodes[t->m.g[0]].res[0]);
 	t->xrank = vrank(h, wv);

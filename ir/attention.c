@@ -682,3 +682,19 @@ bool fj_attn_drops_only(const fj_graph *g, const fj_vid *from, uint32_t nfrom, f
 	}
 	return drops;
 }
+
+bool fj_attn_depends(const fj_graph *g, const fj_vid *from, uint32_t nfrom, fj_vid to, uint8_t *scratch)
+{
+	memset(scratch, 0, g->nvalues);
+	for (uint32_t k = 0; k < nfrom; k++)
+		scratch[from[k]] = 1;
+	for (uint32_t i = 0; i < g->nnodes && !scratch[to]; i++) {
+		const fj_node *n = &g->nodes[i];
+		bool in = false;
+		for (uint32_t k = 0; k < n->nopnds; k++)
+			in |= scratch[n->opnds[k]] != 0;
+		for (uint32_t k = 0; in && k < n->nres; k++)
+			scratch[n->res[k]] = 1;
+	}
+	return scratch[to] != 0;
+}

@@ -578,6 +578,9 @@ bool fj_attn_bw_match(const fj_graph *g, uint32_t g0, const bool *live, uint8_t 
  * weights). scratch: 2 * g->nvalues bytes. */
 bool fj_attn_drops_only(const fj_graph *g, const fj_vid *from, uint32_t nfrom, fj_vid to, uint8_t *scratch);
 
+/* Does `to` depend on any of the values `from`? scratch: g->nvalues bytes. */
+bool fj_attn_depends(const fj_graph *g, const fj_vid *from, uint32_t nfrom, fj_vid to, uint8_t *scratch);
+
 /* ---- type inference (ir/infer.c) ---- */
 
 struct fj_infer {
