@@ -36,8 +36,8 @@
  * on the inner index, full panels get their own loop without it, so that
  * unit-stride reads stay vector loads.
  * The micro-kernel keeps an MR x NR block of Cb in registers (MR * NR/W
- * vectors of W lanes: 12 x 2 x <16 x float> with AVX-512's 32 registers,
- * 6 x 2 x <8 x float> with AVX2's 16) and, per k, loads NR/W vectors of B,
+ * vectors of W lanes: 6 x 4 x <16 x float> with AVX-512's 32 registers,
+ * 6 x 2 x <8 x float> with AVX2's 16; see plan) and, per k, loads NR/W vectors of B,
  * broadcasts MR scalars of A (constant offsets from one pointer) and issues
  * MR * NR/W llvm.fmuladd; the first K block starts from zero instead of
  * loading Cb. Loops: K blocks outside, then B micro-panels, then A
@@ -79,7 +79,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/region_matmul.h"
 
-enum { KC = 256, KB = 64 };
+enum { KB = 64 };
 
 typedef struct mm {
 	fj_cg *cg;
@@ -94,6 +94,7 @@ typedef struct mm {
 	int w;                  /* lanes per vector */
 	int mr, nrv, nr;        /* micro-tile: MR rows x NRV vectors (NR columns) */
 	int mc, nc;             /* C tile */
+	int kc;                 /* K block */
 	int lda;                /* row stride of packed A: KC + 64 bytes (no cache-set aliasing of its MR rows) */
 	bool apanel;            /* A packed as [k][MR] micro-panels (A contiguous along M) */
 	int bt_in;              /* B = W^T of region operand W (f32 [N, K], row-major): its index; else -1 */
@@ -190,17 +191,36 @@ static void plan(mm *m)
 	int bits = cg->target->vector_bits ? cg->target->vector_bits : 128;
 	m->w = bits / (8 * m->esz);
 	/* accumulators + NRV B vectors + 1 broadcast fit the register file:
-	 * 32 registers with AVX-512 (24 + 2 + 1), 16 otherwise (12 + 2 + 1) */
-	m->mr = bits == 512 ? 12 : 6;
-	m->nrv = 2;
+	 * 32 registers with AVX-512 (6 x 4 + 4 + 1), 16 otherwise (6 x 2 + 2
+	 * + 1). AVX-512 has 6 x 4 rather than 12 x 2: half the broadcasts per
+	 * FMA (llvm-mca's Zen 4 model puts a 512-bit broadcast on an FP pipe),
+	 * and the B micro-panel, KC x 64, streams from L2 (12 x 2 at KC 256
+	 * filled all of L1 with it, beside the A micro-panel), so KC can be
+	 * 512: half the passes over Cb. Zen 4, one thread, the 7 shapes of
+	 * bench/matmul, geometric mean of the fraction of the FMA peak (best of
+	 * 5 alternating rounds): 86 % -> 88 %; the micro-kernel alone (packing
+	 * and epilogue left out): 92 % -> 98 %. AVX2 keeps 6 x 2 at KC 256:
+	 * 4 x 3, and KC 512, measured the same. */
+	m->mr = 6;
+	m->nrv = bits == 512 ? 4 : 2;
+	m->kc = bits == 512 ? 512 : 256;
 	m->nr = m->nrv * m->w;
 	m->mc = 8 * m->mr;
 	m->nc = 8 * m->nr;
-	m->lda = KC + 64 / m->esz;
+	/* N cut into tiles of equal width (a multiple of NR) where N is known:
+	 * the runtime shares the tiles out by count, and a last N-tile of 256
+	 * beside full ones of 512 (N = 768 with AVX-512) gave one thread of two
+	 * twice the other's work (2 threads: 66 % of the peak against 86 %) */
+	if (LLVMIsAConstantInt(m->N)) {
+		int64_t n = LLVMConstIntGetSExtValue(m->N), nt = (n + m->nc - 1) / m->nc;
+		if (nt > 0)
+			m->nc = (int)(((n + nt - 1) / nt + m->nr - 1) / m->nr * m->nr);
+	}
+	m->lda = m->kc + 64 / m->esz;
 	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
 	m->a_is = m->apanel ? 1 : m->lda;
 	m->a_ks = m->apanel ? m->mr : 1;
-	m->a_ps = m->apanel ? (int64_t)KC * m->mr : (int64_t)m->lda * m->mr;
+	m->a_ps = m->apanel ? (int64_t)m->kc * m->mr : (int64_t)m->lda * m->mr;
 	m->vt = LLVMVectorType(m->et, (unsigned)m->w);
 	m->bt_in = bt_direct(m);
 	m->a_in = in_place(m, m->av, &m->a_swap); /* prefetch_a */
@@ -286,30 +306,41 @@ static int fast_dim(mm *m, fj_vid v, int depth)
  * affine in the loop counter, so unit-stride reads stay vector loads.
  * k_inner: the k loop innermost (B contiguous along k: linear's weights),
  * over blocks of KB k's so that the panel rows being written (KB x NR)
- * stay in L1 (k over all of K would write each line NR times from L3). */
+ * stay in L1 (k over all of K would write each line NR times from L3).
+ * Otherwise k outermost, then the panels: each k reads its row's run of
+ * the tile, NC columns, in order. (Panel by panel instead, every k started
+ * an NR-wide run on another row, a page apart for rows of 1024 floats:
+ * a miss each that no prefetcher follows, ~3 % of a 1024^3 matmul on one
+ * Zen 4 thread.) */
 static void pack_b_panels(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef jr0, LLVMValueRef jr1, bool clamp,
                           bool k_inner)
 {
 	fj_cg *cg = m->cg;
 	fj_rg *r = m->r;
 	LLVMValueRef nlast = LLVMBuildNSWSub(BB, m->N, c64(m, 1), "");
-	fj_cg_loop lj, lb, l1, l2;
-	fj_cg_loop_begin(cg, &lj, jr0, jr1, "bpanel");
+	fj_cg_loop lo, lb, l1, l2;
+	/* k_inner: panel, k block, column, k; else k, panel, column */
+	fj_cg_loop_begin(cg, &lo, k_inner ? jr0 : c64(m, 0), k_inner ? jr1 : m->K, k_inner ? "bpanel" : "bk");
 	fj_rg_scope_push(r);
-	LLVMValueRef c0 = add(m, jc, mul(m, lj.iv, c64(m, m->nr)));
-	LLVMValueRef base = mul(m, lj.iv, mul(m, m->K, c64(m, m->nr)));
-	fj_cg_loop_begin(cg, &lb, c64(m, 0), m->K, "bkb");
-	lb.step = c64(m, KB);
-	LLVMValueRef kend = imin(m, add(m, lb.iv, c64(m, KB)), m->K);
-	fj_cg_loop_begin(cg, &l1, k_inner ? c64(m, 0) : lb.iv, k_inner ? c64(m, m->nr) : kend, k_inner ? "bj" : "bk");
+	if (k_inner) {
+		fj_cg_loop_begin(cg, &lb, c64(m, 0), m->K, "bkb");
+		lb.step = c64(m, KB);
+		LLVMValueRef kend = imin(m, add(m, lb.iv, c64(m, KB)), m->K);
+		fj_cg_loop_begin(cg, &l1, c64(m, 0), c64(m, m->nr), "bj");
+		fj_rg_scope_push(r);
+		fj_cg_loop_begin(cg, &l2, lb.iv, kend, "bk");
+	} else {
+		fj_cg_loop_begin(cg, &l1, jr0, jr1, "bpanel");
+		fj_rg_scope_push(r);
+		fj_cg_loop_begin(cg, &l2, c64(m, 0), c64(m, m->nr), "bj");
+	}
 	fj_rg_scope_push(r);
-	fj_cg_loop_begin(cg, &l2, k_inner ? lb.iv : c64(m, 0), k_inner ? kend : c64(m, m->nr), k_inner ? "bk" : "bj");
-	fj_rg_scope_push(r);
-	LLVMValueRef k = k_inner ? l2.iv : l1.iv, jj = k_inner ? l1.iv : l2.iv;
-	LLVMValueRef col = add(m, c0, jj);
+	LLVMValueRef jr = k_inner ? lo.iv : l1.iv, k = k_inner ? l2.iv : lo.iv, jj = k_inner ? l1.iv : l2.iv;
+	LLVMValueRef col = add(m, add(m, jc, mul(m, jr, c64(m, m->nr))), jj);
 	LLVMValueRef x = operand_at(m, m->bv, b, k, clamp ? imin(m, col, nlast) : col);
 	if (clamp)
 		x = or_zero(m, LLVMBuildICmp(BB, LLVMIntSLT, col, m->N, ""), x);
+	LLVMValueRef base = mul(m, jr, mul(m, m->K, c64(m, m->nr)));
 	store_elem(m, at(m, m->bp, add(m, base, add(m, mul(m, k, c64(m, m->nr)), jj))), x);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l2);
@@ -317,9 +348,12 @@ static void pack_b_panels(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef j
 		fj_cg_loop_no_vectorize(cg, &l2); /* strided stores: scatters cost more than scalar stores */
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &l1);
-	fj_cg_loop_end(cg, &lb);
+	if (k_inner)
+		fj_cg_loop_end(cg, &lb);
+	else
+		fj_cg_loop_no_vectorize(cg, &l1); /* across panels: the NR columns' run is one vector copy */
 	fj_rg_scope_pop(r);
-	fj_cg_loop_end(cg, &lj);
+	fj_cg_loop_end(cg, &lo);
 }
 
 /* The lanes idx[0..8) of a and b (b's from 8 on). */
@@ -589,7 +623,7 @@ static void prefetch_a(mm *m, LLVMValueRef q, LLVMValueRef nb, LLVMValueRef nic,
 	fj_cg *cg = m->cg;
 	const fj_cg_tensor *t = &m->r->in[m->a_in].t;
 	int64_t per = 64 / (int64_t)fj_dtype_size(t->dtype);
-	int64_t slow = m->a_swap ? KC : m->mc, fast = m->a_swap ? m->mc : KC;
+	int64_t slow = m->a_swap ? m->kc : m->mc, fast = m->a_swap ? m->mc : m->kc;
 	int64_t nq = (int64_t)(m->mc / m->mr) * (m->nc / m->nr);
 	int64_t c = (slow + nq - 1) / nq;
 	LLVMValueRef s0 = mul(m, q, c64(m, c));
@@ -706,9 +740,9 @@ static LLVMValueRef alloc_block(mm *m)
 	int64_t fixed = (int64_t)m->mc * m->lda + (int64_t)m->mc * m->nc;
 	LLVMValueRef elems = add(m, c64(m, fixed), mul(m, m->K, c64(m, m->nc)));
 	LLVMValueRef blk = fj_rg_aligned_alloc(m->cg, mul(m, elems, c64(m, m->esz)));
-	/* Cb and Ap first: their rows (NC, LDA elements) are multiples of 64
-	 * bytes, so every part, and every B vector of Bp and Cb, is 64-byte
-	 * aligned */
+	/* Cb and Ap first: their rows (NC, LDA elements) are multiples of a
+	 * vector, so every part, and every B vector of Bp and Cb, is aligned
+	 * to a vector */
 	m->cb = blk;
 	m->ap = at(m, blk, c64(m, (int64_t)m->mc * m->nc));
 	m->bp = at(m, blk, c64(m, fixed));
@@ -738,11 +772,11 @@ static void tile(mm *m, LLVMValueRef t, LLVMValueRef mt, LLVMValueRef nt, LLVMVa
 	fj_cg_loop lp;
 	LLVMValueRef kend = LLVMBuildSelect(BB, LLVMBuildICmp(BB, LLVMIntSGT, m->K, c64(m, 0), ""), m->K, c64(m, 1), "");
 	fj_cg_loop_begin(cg, &lp, c64(m, 0), kend, "pc");
-	lp.step = c64(m, KC);
-	LLVMValueRef kl = imin(m, c64(m, KC), LLVMBuildNSWSub(BB, m->K, lp.iv, ""));
+	lp.step = c64(m, m->kc);
+	LLVMValueRef kl = imin(m, c64(m, m->kc), LLVMBuildNSWSub(BB, m->K, lp.iv, ""));
 	pack_a(m, b, ic, nir, lp.iv, kl);
 	/* the next A block: the tile's next K block, else the next tile's first */
-	LLVMValueRef npc = add(m, lp.iv, c64(m, KC)), more = LLVMBuildICmp(BB, LLVMIntSLT, npc, m->K, "");
+	LLVMValueRef npc = add(m, lp.iv, c64(m, m->kc)), more = LLVMBuildICmp(BB, LLVMIntSLT, npc, m->K, "");
 	macro(m, nir, njr, lp.iv, kl, LLVMBuildSelect(BB, more, b, nb, ""), LLVMBuildSelect(BB, more, ic, nic, ""),
 	      LLVMBuildSelect(BB, more, npc, c64(m, 0), ""));
 	fj_cg_loop_end(cg, &lp);
@@ -758,14 +792,14 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	mm *m = &mm0;
 	m->rank = a->body->values[m->mv].type.rank;
 	m->mdt = a->body->values[m->mv].type.dtype;
-	plan(m);
-	hm->k->par_out = 0;
-	hm->k->par_mask = ((1u << m->rank) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs its own B panels */
 	int d = m->rank - 2;
 	m->batch = d ? fj_rg_dim(r, m->mv, 0) : c64(m, 1);
 	m->M = fj_rg_dim(r, m->mv, d);
 	m->N = fj_rg_dim(r, m->mv, d + 1);
 	m->K = fj_rg_dim(r, m->av, d + 1);
+	plan(m);
+	hm->k->par_out = 0;
+	hm->k->par_mask = ((1u << m->rank) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs its own B panels */
 	LLVMValueRef mt = cdiv(m, m->M, c64(m, m->mc)), nt = cdiv(m, m->N, c64(m, m->nc));
 	LLVMValueRef ntiles = mul(m, mul(m, m->batch, nt), mt);
 	LLVMValueRef t0, t1;
