@@ -32,6 +32,7 @@ typedef struct fj_rg_micro {
 	LLVMTypeRef et, vt;
 	int esz, w, mr, nrv;
 	int64_t a_is, a_ks, b_ks, c_rs;
+	LLVMValueRef a_isv;                 /* i64: A's row stride at run time, instead of a_is (NULL: a_is) */
 	LLVMValueRef accv[FJ_RG_MICRO_MAX]; /* MR*NRV variables (fj_cg_var) */
 } fj_rg_micro;
 /* Sets the types and W for accumulation dtype acc (F32 or F64) and creates
