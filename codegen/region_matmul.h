@@ -23,7 +23,7 @@ typedef struct fj_rg_host_mm {
  * (region_host_attention.c): C (= 0 when `first`, an i1) += A x B over kl
  * (i64) k's, C an MR x NRV*W block kept in MR*NRV vector registers: per k,
  * NRV vectors of B are loaded, MR scalars of A broadcast, MR*NRV
- * llvm.fmuladd issued. A: MR rows a_is elements apart, its k's a_ks apart;
+ * llvm.fmuladd issued. A: MR rows a_is (or a_isv) elements apart, its k's a_ks apart;
  * B: rows of NRV*W elements, b_ks apart; C: rows c_rs apart. Every B and C
  * vector must be W elements aligned. W: the target's register width in
  * elements of et (f32 or f64). */
