@@ -623,6 +623,19 @@ void fj_rg_micro_emit(fj_cg *cg, const fj_rg_micro *u, LLVMValueRef a, LLVMValue
 
 /* ---- one tile ---- */
 
+/* The element offset of (batch b, i0, i1) in region operand t of the
+ * matmul's rank (b unused at rank 2). */
+static LLVMValueRef in_offset(mm *m, const fj_cg_tensor *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef i1)
+{
+	LLVMValueRef idx[3];
+	int n = 0;
+	if (m->rank == 3)
+		idx[n++] = b;
+	idx[n++] = i0;
+	idx[n++] = i1;
+	return fj_cg_offset(m->cg, t, idx);
+}
+
 /* Prefetches (into L2) micro-kernel q's share of the next A block: batch
  * nb, rows nic .. nic + MC, k's npc .. npc + KC of X (in_place), whose
  * pack_a would otherwise wait on memory. Packing A from rows apart (MC
@@ -656,13 +669,8 @@ static void prefetch_a(mm *m, LLVMValueRef q, LLVMValueRef nb, LLVMValueRef nic,
 		for (int64_t f = 0; f < fast + per; f += per) { /* ..., then the run's last element's line */
 			LLVMValueRef fa = c64(m, f < fast ? f : fast - 1);
 			LLVMValueRef row = add(m, nic, m->a_swap ? fa : sl), col = add(m, npc, m->a_swap ? sl : fa);
-			LLVMValueRef idx[3];
-			int n = 0;
-			if (m->rank == 3)
-				idx[n++] = nb;
-			idx[n++] = m->a_swap ? col : row;
-			idx[n++] = m->a_swap ? row : col;
-			fj_cg_prefetch(cg, t, fj_cg_offset(cg, t, idx), FJ_CG_PREFETCH_L2);
+			LLVMValueRef off = m->a_swap ? in_offset(m, t, nb, col, row) : in_offset(m, t, nb, row, col);
+			fj_cg_prefetch(cg, t, off, FJ_CG_PREFETCH_L2);
 		}
 	}
 	fj_cg_if_end(cg, &in);
@@ -682,14 +690,9 @@ static void macro(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef nir, LLVM
 	LLVMValueRef apan = at(m, m->ap, mul(m, li.iv, c64(m, m->a_ps)));
 	if (m->a_direct) { /* a full micro-panel from A's rows, the partial one from Ap */
 		const fj_cg_tensor *t = &m->r->in[m->a_in].t;
-		LLVMValueRef idx[3];
-		int n = 0;
-		if (m->rank == 3)
-			idx[n++] = b;
-		idx[n++] = add(m, ic, mul(m, li.iv, c64(m, m->mr)));
-		idx[n++] = pc;
+		LLVMValueRef src = at(m, t->ptr, in_offset(m, t, b, add(m, ic, mul(m, li.iv, c64(m, m->mr))), pc));
 		LLVMValueRef full = LLVMBuildICmp(BB, LLVMIntSLT, li.iv, nfull, "");
-		apan = LLVMBuildSelect(BB, full, at(m, t->ptr, fj_cg_offset(cg, t, idx)), apan, "");
+		apan = LLVMBuildSelect(BB, full, src, apan, "");
 		m->u.a_isv = LLVMBuildSelect(BB, full, t->stride[m->rank - 2], c64(m, m->lda), "");
 	}
 	LLVMValueRef cptr = at(m, m->cb, add(m, mul(m, li.iv, c64(m, (int64_t)m->mr * m->nc)), ccol));
