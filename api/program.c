@@ -1418,8 +1418,8 @@ fj_status fj_api_program_with(fj_program *p, const fj_api_use *u, fj_api_inst_fn
 	}
 	inst *i = NULL;
 	bool held = false;
-	if (st == FJ_OK && (st = acquire(p, pt, &i)) == FJ_OK && !u->shapes_only &&
-	    (st = enter_device(p, &held)) != FJ_OK)
+	/* shapes_only too: binding allocates the device's buffers */
+	if (st == FJ_OK && (st = acquire(p, pt, &i)) == FJ_OK && (st = enter_device(p, &held)) != FJ_OK)
 		release(p, pt, i);
 	if (st == FJ_OK && !u->shapes_only)
 		fj_rt_exec_set_stream(i->rt, NULL); /* fusejit's own stream */
@@ -1428,8 +1428,7 @@ fj_status fj_api_program_with(fj_program *p, const fj_api_use *u, fj_api_inst_fn
 		fj_api_inst v = {g, i->rt, r.pin, r.origin, r.dims, r.ndims, idx ? p->index_dims : NULL};
 		st = fn(ud, &v);
 		i->bound = false; /* fn bound it to its own inputs */
-		if (!u->shapes_only)
-			leave_device(p, held);
+		leave_device(p, held);
 		release(p, pt, i);
 	}
 	scratch_free(ctx, &r);

@@ -13,20 +13,26 @@
 # from the kit's libdevice.10.bc (FUSEJIT_LIBDEVICE; an unpacked kit without
 # one falls back to the machine's CUDA toolkit, and fails clearly without).
 #
-#   tests/gpu/run.sh [KIT.tar.xz | DIR-with-fusejit-run] [--executor=nvptx] [--quick]
+#   tests/gpu/run.sh [KIT.tar.xz | DIR-with-fusejit-run] [--executor=nvptx] [--quick] [--keep=DIR]
 #
 # --executor=host runs the same logic on a CPU (to test this script);
-# --quick runs the benchmarks at 1/64 of their sizes. Exit 1 on any failure.
+# --quick runs the benchmarks at 1/64 of their sizes; --keep=DIR copies what
+# each failure left (stderr, JSON, and for a failed run a second stderr with
+# FUSEJIT_NVPTX_SYNC=1, which names the faulting kernel) into DIR/<case>, since
+# the work folder goes at exit. Exit 1 on any failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-kit=${1:-$root/build-gpu/fusejit-gpu.tar.xz}
+kit=$root/build-gpu/fusejit-gpu.tar.xz
+case ${1:-} in -*|'') ;; *) kit=$1 ;; esac
 ex=nvptx
 quick=0
+keep=
 for a in "$@"; do
 	case $a in
 	--executor=*) ex=${a#--executor=} ;;
 	--quick) quick=1 ;;
+	--keep=*) keep=${a#--keep=}; mkdir -p "$keep" || exit 1 ;;
 	esac
 done
 work=$(mktemp -d /tmp/fj-gpu.XXXXXX)
@@ -93,6 +99,11 @@ mkdir -p "$out"
 if ! timeout 120 "$run" "$dir/graph.fj" --executor="$ex" "$@" --check=aten --json --output-dir="$out" \
 	>"$out/json" 2>"$out/err"; then
 	echo "FAIL $case: $(head -c 300 "$out/err" | tr '\n' ' ') $(grep -o '"rel_err": [^,}]*' "$out/json" | tr '\n' ' ')" >"$res"
+	if [ -n "$keep" ]; then
+		FUSEJIT_NVPTX_SYNC=1 timeout 120 "$run" "$dir/graph.fj" --executor="$ex" "$@" --check=aten \
+			>/dev/null 2>"$out/err_sync"
+		mkdir -p "$keep/$case" && cp "$out/err" "$out/err_sync" "$out/json" "$keep/$case/"
+	fi
 	exit 0
 fi
 # outputs by position: the "file" keys of the JSON, in order, against out_<i>.npy
@@ -100,13 +111,14 @@ i=0
 for f in $(grep -o '"file": "[^"]*"' "$out/json" | sed 's/"file": "//; s/"$//'); do
 	if [ -f "$dir/out_$i.npy" ] && [ -x "$cmp" ] && ! "$cmp" "$f" "$dir/out_$i.npy" >"$out/cmp$i" 2>&1; then
 		echo "FAIL $case: output $i vs golden: $(cat "$out/cmp$i")" >"$res"
+		[ -n "$keep" ] && mkdir -p "$keep/$case" && cp "$out/json" "$out/cmp$i" "$keep/$case/"
 		exit 0
 	fi
 	i=$((i + 1))
 done
 echo pass >"$res"
 CASE
-export work run cmp ex
+export work run cmp ex keep
 ls -d "$root"/tests/golden/cases/*/ | xargs -P 4 -n 1 sh "$work/case.sh"
 pass=$(grep -l '^pass' "$work"/res/* 2>/dev/null | wc -l)
 skip=$(grep -l '^skip' "$work"/res/* 2>/dev/null | wc -l)
@@ -135,6 +147,7 @@ bench() { # name file --dim args...
 		printf '%-22s %10.4f %9.1f %9.1f %7.3f %9.1f\n' "$name" "$ms" "$gbps" "$cgbps" "$ratio" "$cold" >>"$work/table"
 	else
 		printf '%-22s FAILED: %s\n' "$name" "$(head -c 200 "$work/b.err")" >>"$work/table"
+		[ -n "$keep" ] && cp "$work/b.err" "$keep/bench_$name.err"
 		fail=$((fail + 1))
 	fi
 }
