@@ -20,13 +20,21 @@
 /* Launch bounds (.maxntid, .minnctapersm) at sm_90's 64K registers per SM
  * (tests/nvptx/budgets.tsv checks the registers ptxas uses): a block per
  * row keeps 2 resident blocks of 512 threads (MIN_BLOCKS: up to 64
- * registers), _reg8 one block of 512 (up to 128). Entries of 256 threads
+ * registers), _reg8 of an inner reduction too (REG_MIN_BLOCKS), that of
+ * persistent_inner_outer one block of 512 (up to 128). Entries of 256 threads
  * or fewer give no .minnctapersm: ptxas's own choice stays at 64 registers
  * or fewer (4+ blocks), which a bound of 2 blocks would loosen to 128. */
 #define MIN_BLOCKS 2
 #define ROW_BLOCK 512 /* a block per row (<name>, persistent_inner_outer's <name>): 64 registers */
 #define REG_E 8       /* _reg8: positions per thread (region_gpu_reduce.c) */
-#define REG_BLOCK 512 /* maxntid 512, 1 block per SM: up to 128 registers, no spills */
+#define REG_BLOCK 512 /* maxntid 512 */
+/* Resident _reg8 blocks of an inner reduction's rows: 2 (.minnctapersm 2, at
+ * most 64 registers). Measured on an H200 (tests/gpu/run.sh's rows, 8192 x
+ * 4096): 1.3-1.6x faster than 1 block of up to 128 registers, even where
+ * the 64 cost a small spill (f32 layer_norm's f64 accumulators: 40 bytes);
+ * persistent_inner_outer's _reg8 keeps 1, where 64 spilled hundreds of bytes
+ * and ran slower. */
+#define REG_MIN_BLOCKS 2
 #define COL_BLOCK 256 /* _col: at most 256 threads (region_gpu_reduce.c) */
 /* tensor-core matmul tiles (region_gpu_matmul.c) */
 #define MMA_BM 64

@@ -516,7 +516,7 @@ fj_status fj_gpu_emit_reg(gk *k)
 {
 	fj_cg *cg = k->cg;
 	redctx rc;
-	fj_status st = fj_gpu_red_begin(k, &rc, "_reg8", REG_BLOCK, 1);
+	fj_status st = fj_gpu_red_begin(k, &rc, "_reg8", REG_BLOCK, REG_MIN_BLOCKS);
 	if (st != FJ_OK)
 		return st;
 	blockctx bc;

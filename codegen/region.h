@@ -72,7 +72,7 @@
 
 /* The generator's version: part of every fusion.kernel's kernel key (and so
  * of its disk-cache entry); bump it when the generated code changes. */
-#define FJ_RG_VERSION "region-16" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
+#define FJ_RG_VERSION "region-17" /* region-7: persistent_inner_outer; region-8: result spaces, row cache per point;
                                    * region-9: the region plan's column-slot layout on the host;
                                    * region-10: PTX pointer parameters declare .ptr .global .align;
                                    * region-11: the attention schedule (host flash attention);
@@ -80,7 +80,9 @@
                                    * region-13: the host's persistent_inner_outer rows in pairs;
                                    * region-14: attention_bw without the first stage where a mask drops it;
                                    * region-15: host matmul 6 x 4 at KC 512 with AVX-512, B packed k by k;
-                                   * region-16: host matmul reads a row-major A in place (a_direct) */
+                                   * region-16: host matmul reads a row-major A in place (a_direct);
+                                   * region-17: GPU _reg8 rows at 2 blocks per SM, host pack_a_panels
+                                   * k loop scalar */
 
 /* ---- schedules (IR.md §4) ---- */
 typedef enum fj_rg_schedule {

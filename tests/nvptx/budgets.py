@@ -9,9 +9,10 @@ registers, spill stores/loads, shared memory, .maxntid, the resident blocks
 per SM that follow, and the widest global load and store in the PTX text.
 
 Checks (each failure names the entry):
-  - no spills, in any variant (a stack frame without spills -- libdevice's
-    sinf/cosf keep their argument reduction's table in local memory -- is
-    not one);
+  - no spills beyond the table's spill bytes (stores and loads each; 0 when
+    the column is absent, so no spills at all but in row_reg8: see
+    budgets.tsv) -- a stack frame without spills (libdevice's sinf/cosf
+    keep their argument reduction's table in local memory) is not one;
   - the entry's template is in the budget table (tests/nvptx/budgets.tsv),
     its .maxntid is the table's threads, its registers are at most the
     table's, and that many registers leave the table's blocks per SM
@@ -66,7 +67,7 @@ def blocks_per_sm(regs, threads, smem):
 
 
 def load_budgets(path):
-    """template -> (threads, blocks, max_regs, vec128: 'ldst', 'ld' or 'no')."""
+    """template -> (threads, blocks, max_regs, vec128: 'ldst', 'ld' or 'no', spill bytes allowed)."""
     table = {}
     with open(path) as f:
         for ln, line in enumerate(f, 1):
@@ -74,9 +75,11 @@ def load_budgets(path):
             if not line:
                 continue
             cols = line.split()
-            if len(cols) != 5 or cols[4] not in ('ldst', 'ld', 'no'):
-                sys.exit('%s:%d: expected: template threads blocks max_regs vec128(ldst|ld|no)' % (path, ln))
-            table[cols[0]] = (int(cols[1]), int(cols[2]), int(cols[3]), cols[4])
+            if len(cols) not in (5, 6) or cols[4] not in ('ldst', 'ld', 'no') or (len(cols) == 6
+                                                                           and not cols[5].isdigit()):
+                sys.exit('%s:%d: expected: template threads blocks max_regs vec128(ldst|ld|no) [spill_bytes]'
+                         % (path, ln))
+            table[cols[0]] = (int(cols[1]), int(cols[2]), int(cols[3]), cols[4], int(cols[5]) if len(cols) == 6 else 0)
     return table
 
 
@@ -341,7 +344,7 @@ def main():
         print('FAIL: no bench graph in %s/bench/graphs' % root)
         return 1
     problems = lint_self_test()
-    for t, (threads, blocks, regs, _) in sorted(budgets.items()):
+    for t, (threads, blocks, regs, _, _) in sorted(budgets.items()):
         if blocks_per_sm(regs, threads, 0) < blocks:
             problems.append('budgets.tsv: %s: %d registers at %d threads leave %d blocks per SM, not %d'
                             % (t, regs, threads, blocks_per_sm(regs, threads, 0), blocks))
@@ -369,12 +372,16 @@ def main():
             blocks = blocks_per_sm(pi['regs'], ntid or 1024, pi['smem'])
             ld, st = widest(lines)
             rows.append((entry, tmpl or '?', pi['regs'], pi['spill_st'], pi['spill_ld'], pi['smem'], ntid, blocks, ld, st))
-            if pi['spill_st'] or pi['spill_ld']:
-                problems.append('%s: spills %d B of stores and %d B of loads' % (entry, pi['spill_st'], pi['spill_ld']))
             if tmpl is None or tmpl not in budgets:
+                if pi['spill_st'] or pi['spill_ld']:
+                    problems.append('%s: spills %d B of stores and %d B of loads' % (entry, pi['spill_st'],
+                                                                                     pi['spill_ld']))
                 problems.append('%s: template %s has no budget in budgets.tsv' % (entry, tmpl))
                 continue
-            b_threads, b_blocks, b_regs, vec = budgets[tmpl]
+            b_threads, b_blocks, b_regs, vec, b_spill = budgets[tmpl]
+            if max(pi['spill_st'], pi['spill_ld']) > b_spill:
+                problems.append('%s (%s): spills %d B of stores and %d B of loads, the budget is %d'
+                                % (entry, tmpl, pi['spill_st'], pi['spill_ld'], b_spill))
             if ntid != b_threads:
                 problems.append('%s (%s): .maxntid %d, the budget assumes %d' % (entry, tmpl, ntid, b_threads))
             if pi['regs'] > b_regs:
