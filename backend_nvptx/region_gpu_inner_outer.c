@@ -166,7 +166,7 @@ fj_status fj_gpu_emit_io(gk *k, bool reg)
 	redctx rc;
 	k->want_ws = true;
 	fj_status st = fj_gpu_red_begin(k, &rc, reg ? "_reg8" : "", reg ? REG_BLOCK : ROW_BLOCK,
-	                                   reg ? 1 : MIN_BLOCKS); /* _reg8: 1 (REG_MIN_BLOCKS) */
+	                                   reg ? 1 : MIN_BLOCKS); /* _reg8 at 1 block: see REG_MIN_BLOCKS */
 	k->want_ws = false;
 	if (st != FJ_OK)
 		return st;
