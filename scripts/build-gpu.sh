@@ -6,11 +6,13 @@
 #
 #   scripts/build-gpu.sh [OUTDIR]      (default: build-gpu/)
 #
-# Output: OUTDIR/fusejit-gpu.tar.xz holding fusejit-run and fj-npycmp,
+# Output: OUTDIR/fusejit-gpu.tar.xz holding fusejit-run, fj-npycmp and
+# fj-fma-peak (bench/matmul/run's baseline, for tests/gpu/cpu.sh),
 # libdevice.10.bc (the GPU math; $LIBDEVICE, else the CUDA toolkit's) and
 # glibc-required (the newest GLIBC_ symbol version the programs need, for
-# run.sh's check); run tests/gpu/run.sh on the GPU machine (it unpacks the
-# kit itself). Needs llvm-19-dev (static libraries), libzstd-dev, zlib1g-dev
+# run.sh's check); run tests/gpu/run.sh (the GPU) and tests/gpu/cpu.sh (its
+# host CPU) on the GPU machine (each unpacks the kit itself). Needs
+# llvm-19-dev (static libraries), libzstd-dev, zlib1g-dev
 # and libdevice. Takes a few minutes on 2 cores; the compressed kit must stay
 # under ~40 MiB.
 #
@@ -68,16 +70,18 @@ for f in "$root"/tools/fusejit-run*.c "$root/tools/npy.c"; do
 	run_objs="$run_objs $out/$(basename "$f" .c).o"
 done
 $CC -o "$out/fusejit-run" $run_objs "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+# bench/matmul/run's FMA peak, for tests/gpu/cpu.sh (the host CPU's benchmarks)
+$CC -std=c11 -O2 -g0 -D_GNU_SOURCE -pthread "$root/bench/matmul/fma_peak.c" -o "$out/fj-fma-peak" -s || exit 255
 $CC $cflags $incs -c "$root/tests/gpu/npycmp.c" -o "$out/npycmp.o"
 $CC -o "$out/fj-npycmp" "$out/npycmp.o" "$out/npy.o" "$out/builtins.o" "$out/libfj.a" $llvm_libs $sys $ldflags -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
 echo "build-gpu: dynamic dependencies of fusejit-run:"
 ldd "$out/fusejit-run" | sed 's/^/  /'
 cp "$LIBDEVICE" "$out/libdevice.10.bc"
 # the newest glibc symbol version the programs need (run.sh compares it with the machine's)
-objdump -T "$out/fusejit-run" "$out/fj-npycmp" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
+objdump -T "$out/fusejit-run" "$out/fj-npycmp" "$out/fj-fma-peak" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
 	sort -t. -k1,1n -k2,2n -k3,3n | tail -1 >"$out/glibc-required"
 echo "build-gpu: needs glibc $(cat "$out/glibc-required") or newer"
-(cd "$out" && tar cf - fusejit-run fj-npycmp libdevice.10.bc glibc-required | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)
+(cd "$out" && tar cf - fusejit-run fj-npycmp fj-fma-peak libdevice.10.bc glibc-required | xz -9e -T"$jobs" >fusejit-gpu.tar.xz)
 raw=$(stat -c %s "$out/fusejit-run")
 xzs=$(stat -c %s "$out/fusejit-gpu.tar.xz")
 echo "build-gpu: fusejit-run $((raw / 1048576)) MiB stripped; kit $out/fusejit-gpu.tar.xz $((xzs / 1048576)) MiB ($xzs bytes)"

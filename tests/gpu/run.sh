@@ -45,27 +45,11 @@ phase_end() { # NAME: the time since the last phase ended
 	t0=$now
 }
 die() { echo "run.sh: $*"; exit 1; }
-if [ -d "$kit" ]; then
-	bin=$kit
-else
-	[ -f "$kit" ] || die "no kit at $kit (build it with scripts/build-gpu.sh)"
-	command -v xz >/dev/null 2>&1 || die "xz is not installed: it is needed to unpack $kit"
-	bin=$work/bin
-	mkdir -p "$bin"
-	xz -dc "$kit" | tar xf - -C "$bin" || die "cannot unpack $kit"
-fi
+. "$here/kit.sh"
+kit_unpack "$kit" "$work"
 phase_end unpack
 run=$bin/fusejit-run
 cmp=$bin/fj-npycmp
-[ -x "$run" ] || die "no fusejit-run in $bin"
-if [ -f "$bin/glibc-required" ]; then
-	need=$(cat "$bin/glibc-required")
-	have=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')
-	[ -n "$have" ] || have=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9][0-9]*\.[0-9][0-9]*$')
-	[ -n "$have" ] || die "cannot tell this machine's glibc version (getconf GNU_LIBC_VERSION, ldd --version); the kit needs glibc $need"
-	oldest=$(printf '%s\n%s\n' "$need" "$have" | sort -t. -k1,1n -k2,2n | head -1)
-	[ "$oldest" = "$need" ] || die "the kit needs glibc $need or newer; this machine has glibc $have"
-fi
 if [ -f "$bin/libdevice.10.bc" ]; then
 	FUSEJIT_LIBDEVICE=$bin/libdevice.10.bc
 elif [ -r /usr/local/cuda/nvvm/libdevice/libdevice.10.bc ]; then
