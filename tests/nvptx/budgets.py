@@ -372,16 +372,14 @@ def main():
             blocks = blocks_per_sm(pi['regs'], ntid or 1024, pi['smem'])
             ld, st = widest(lines)
             rows.append((entry, tmpl or '?', pi['regs'], pi['spill_st'], pi['spill_ld'], pi['smem'], ntid, blocks, ld, st))
-            if tmpl is None or tmpl not in budgets:
-                if pi['spill_st'] or pi['spill_ld']:
-                    problems.append('%s: spills %d B of stores and %d B of loads' % (entry, pi['spill_st'],
-                                                                                     pi['spill_ld']))
-                problems.append('%s: template %s has no budget in budgets.tsv' % (entry, tmpl))
-                continue
-            b_threads, b_blocks, b_regs, vec, b_spill = budgets[tmpl]
+            b_spill = budgets[tmpl][4] if tmpl in budgets else 0  # no budget: no spills either
             if max(pi['spill_st'], pi['spill_ld']) > b_spill:
                 problems.append('%s (%s): spills %d B of stores and %d B of loads, the budget is %d'
                                 % (entry, tmpl, pi['spill_st'], pi['spill_ld'], b_spill))
+            if tmpl is None or tmpl not in budgets:
+                problems.append('%s: template %s has no budget in budgets.tsv' % (entry, tmpl))
+                continue
+            b_threads, b_blocks, b_regs, vec, _ = budgets[tmpl]
             if ntid != b_threads:
                 problems.append('%s (%s): .maxntid %d, the budget assumes %d' % (entry, tmpl, ntid, b_threads))
             if pi['regs'] > b_regs:
