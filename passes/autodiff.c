@@ -24,7 +24,8 @@
  * op without a rule, named at its file:line:col. Then one reverse sweep over
  * the nodes applies the rules, summing the gradients of fanned-out values
  * with prims.add; decompose's softmax and log_softmax are differentiated as a
- * whole (fj_vjp_idiom), so their backward needs only their result. O(nodes + values) plus the rules' output.
+ * whole (fj_vjp_idiom), so their backward needs only their result, and so
+ * are its sigmoids, whose rules one by one give NaN where exp overflows. O(nodes + values) plus the rules' output.
  *
  * References: JAX's backward_pass (ad.py), PyTorch's derivatives.yaml, and
  * AOTAutograd's joint graph (functorch/_src/aot_autograd.py). */
@@ -172,22 +173,22 @@ static fj_status differentiate(ad_state *s, const bool *on_path)
 		}
 		fj_b_set_loc(&s->b, n->loc);
 		fj_ad a = {.b = s->b, .g = g, .m = s->m, .ctx = s->ctx, .f = f, .n = n,
-		           .in = in, .out = out, .gout = gout, .want = want, .gin = gin};
+		           .in = in, .out = out, .gout = gout, .want = want, .gin = gin, .map = s->rb.map};
 		fj_vid target = FJ_NOVAL, gt = fj_vjp_idiom(&a, s->uses, &target);
 		if (gt != FJ_NOVAL || fj_b_status(&a.b)) {
-			/* a softmax idiom: the gradient goes to the exponent at once */
+			/* an idiom: the gradient goes to the exponent at once */
 			s->b = a.b;
 			st = fj_b_status(&s->b);
 			if (st == FJ_OK && s->req[target]) {
 				accumulate(s, target, gt);
 				st = fj_b_status(&s->b);
 			}
-			continue;
+		} else {
+			st = fj_vjp_rules[n->op].fn(&a);
+			s->b = a.b;
+			if (st == FJ_OK)
+				st = fj_b_status(&s->b);
 		}
-		st = fj_vjp_rules[n->op].fn(&a);
-		s->b = a.b;
-		if (st == FJ_OK)
-			st = fj_b_status(&s->b);
 		for (uint32_t i = 0; i < n->nopnds && st == FJ_OK; i++) {
 			if (!want[i] || gin[i] == FJ_NOVAL)
 				continue;

@@ -26,6 +26,7 @@ typedef struct fj_ad {
 	const fj_vid *gout;    /* gradient of each result, or FJ_NOVAL */
 	const bool *want;      /* operand i needs a gradient */
 	fj_vid *gin;           /* the rule's output, one per operand */
+	const fj_vid *map;     /* f's node results -> their values in g (the idioms) */
 } fj_ad;
 
 typedef fj_status (*fj_vjp_fn)(fj_ad *a);
@@ -47,15 +48,22 @@ typedef struct fj_vjp_rule {
 /* The VJP table, indexed by op: every prims.* op has an entry. */
 extern const fj_vjp_rule fj_vjp_rules[FJ_OP_COUNT];
 
-/* Softmax idioms, differentiated as a whole (as PyTorch's
+/* Idioms differentiated as a whole. The softmaxes (as PyTorch's
  * _softmax_backward_data and _log_softmax_backward_data do), so that the
  * backward needs the result only, not the exponentials and their row sum:
  *   y = e / bcast(sum(e, D)), e = exp(sh):        d sh = y * (g - bcast(sum(g * y, D)))
  *   l = sh - log(bcast(sum(e, D))), e = exp(sh):  d sh = g - exp(l) * bcast(sum(g, D))
- * (decompose's softmax and log_softmax). a->n is the division or the
- * subtraction; uses[v] counts v's uses in a->f (operands and graph results):
- * the values inside the idiom must have no other use. Returns the gradient
- * of sh (a value of a->f, in *target), or FJ_NOVAL when a->n is no idiom. */
+ * (decompose's softmax and log_softmax). And the sigmoids, y = a / (1 +
+ * e), e = exp(z) (decompose's sigmoid, silu and tanh gelu), whose rules
+ * one by one give NaN once e overflows (exp's gradient g * e with g = -0
+ * and e = inf), where the gradient is 0: with r = 1 / (1 + e),
+ *   d a = g * r,   d z = -g * a * r * c,   c = e / (1 + e) = (e < 1 ? e * r : 1 - r)
+ * (c is 1 at e = inf; the two forms avoid e * r's inf * 0 and 1 - r's
+ * cancellation). a->n is the division or the subtraction; uses[v] counts
+ * v's uses in a->f (operands and graph results): the values inside a
+ * softmax idiom must have no other use. Returns the gradient of sh or z (a value
+ * of a->f, in *target) and sets a->gin for the node's own operands, or
+ * returns FJ_NOVAL when a->n is no idiom. */
 fj_vid fj_vjp_idiom(fj_ad *a, const uint32_t *uses, fj_vid *target);
 
 #endif

@@ -692,6 +692,42 @@ static bool row_sum(fj_ad *a, const uint32_t *uses, fj_vid S, fj_vid *e, uint32_
 	return true;
 }
 
+/* Is v, of type t, a prims.full of 1 in f? */
+static bool full_one(fj_ad *a, fj_vid v, const fj_type *t)
+{
+	const fj_node *nf = def_of(a->f, v, FJ_OP_PRIMS_FULL);
+	const fj_attr *val = nf ? fj_node_attr(a->ctx, nf, "value") : NULL;
+	return val && (val->kind == FJ_AK_FLOAT || val->kind == FJ_AK_INT) && fj_attr_as_float(val) == 1 &&
+	       fj_type_equal(&a->f->values[v].type, t);
+}
+
+/* y = a / (1 + exp(z)) (fj_vjp_idiom): the gradient of z, and a's in gin[0].
+ * 1 + exp(z) and exp(z) may have other uses (decompose's sigmoid and silu of
+ * one x share them): the gradients those bring go through the rules. */
+static fj_vid sigmoid_idiom(fj_ad *a, fj_vid *target)
+{
+	const fj_graph *f = a->f;
+	const fj_node *n = a->n;
+	fj_vid D = n->opnds[1];
+	const fj_node *nd = def_of(f, D, FJ_OP_PRIMS_ADD);
+	if (!nd || nd->nograd)
+		return FJ_NOVAL;
+	const fj_type *t = &f->values[D].type;
+	int k = full_one(a, nd->opnds[1], t) ? 0 : full_one(a, nd->opnds[0], t) ? 1 : -1;
+	const fj_node *ne = k < 0 ? NULL : def_of(f, nd->opnds[k], FJ_OP_PRIMS_EXP);
+	if (!ne || ne->nograd || !fj_type_equal(&f->values[n->opnds[0]].type, t) ||
+	    !fj_type_equal(&f->values[ne->opnds[0]].type, t))
+		return FJ_NOVAL;
+	fj_vid G = G0, E = a->map[nd->opnds[k]];
+	fj_vid r = un(a, FJ_OP_PRIMS_RECIPROCAL, X1);
+	if (a->want[0])
+		set(a, 0, mul(a, G, r));
+	fj_vid c = where(a, bin(a, FJ_OP_PRIMS_LT, E, cst(a, E, 1)), mul(a, E, r), csub(a, 1, r));
+	*target = ne->opnds[0];
+	/* y as a * r: the backward needs no second division */
+	return neg(a, mul(a, mul(a, G, mul(a, X0, r)), c));
+}
+
 fj_vid fj_vjp_idiom(fj_ad *a, const uint32_t *uses, fj_vid *target)
 {
 	const fj_graph *f = a->f;
@@ -701,6 +737,9 @@ fj_vid fj_vjp_idiom(fj_ad *a, const uint32_t *uses, fj_vid *target)
 	if (n->nres != 1 || n->nopnds != 2 || G == FJ_NOVAL || !fj_dtype_is_float(f->values[n->res[0]].type.dtype))
 		return FJ_NOVAL;
 	if (n->op == FJ_OP_PRIMS_DIV) {
+		fj_vid gz = sigmoid_idiom(a, target);
+		if (gz != FJ_NOVAL || fj_b_status(&a->b))
+			return gz;
 		/* softmax: y = e / S, e = exp(sh): d sh = y * (g - bcast(sum(g * y))) */
 		const fj_node *ne = def_of(f, n->opnds[0], FJ_OP_PRIMS_EXP);
 		if (!ne || ne->nograd || !row_sum(a, uses, n->opnds[1], &e, &mask) || e != n->opnds[0] || uses[e] != 2)
