@@ -38,6 +38,8 @@ static const char *const host_target_choices[] = {[FJ_HOST_TARGET_NATIVE] = "nat
                                                   [FJ_HOST_TARGET_AVX2] = "avx2", NULL};
 static const char *const host_vector_choices[] = {[FJ_HOST_VECTOR_AUTO] = "auto", [FJ_HOST_VECTOR_256] = "256",
                                                   [FJ_HOST_VECTOR_512] = "512", NULL};
+static const char *const host_stream_choices[] = {[FJ_HOST_STREAM_AUTO] = "auto", [FJ_HOST_STREAM_ON] = "on",
+                                                  [FJ_HOST_STREAM_OFF] = "off", NULL};
 
 #define AT(field) offsetof(fj_settings, field), NULL, NULL
 #define AT_CHOICE(field, choices, expected) offsetof(fj_settings, field), choices, expected
@@ -59,6 +61,7 @@ static const option options[] = {
 	{"host_target", "FUSEJIT_HOST_TARGET", OPT_CHOICE, AT_CHOICE(host_target, host_target_choices, "native or avx2")},
 	{"host_vector_bits", "FUSEJIT_HOST_VECTOR_BITS", OPT_CHOICE,
 	 AT_CHOICE(host_vector_bits, host_vector_choices, "auto, 256 or 512")},
+	{"host_stream", "FUSEJIT_HOST_STREAM", OPT_CHOICE, AT_CHOICE(host_stream, host_stream_choices, "auto, on or off")},
 };
 #undef AT
 #undef AT_CHOICE

@@ -340,6 +340,44 @@ void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, fj_cg
 	LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->llctx, id, &pty, 1), f, args, 4, "");
 }
 
+void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int64_t align)
+{
+	unsigned id = LLVMLookupIntrinsicID("llvm.assume", 11);
+	LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, NULL, 0);
+	/* "align"(p, a, off): p - off is a-aligned */
+	LLVMValueRef ops[3] = {base, fj_cg_i64(cg, align), LLVMBuildNeg(cg->b, bytes, "")};
+	LLVMOperandBundleRef ob = LLVMCreateOperandBundle("align", 5, ops, 3);
+	LLVMValueRef yes = LLVMConstInt(cg->t_i1, 1, 0);
+	LLVMBuildCallWithOperandBundles(cg->b, LLVMIntrinsicGetType(cg->llctx, id, NULL, 0), f, &yes, 1, &ob, 1, "");
+	LLVMDisposeOperandBundle(ob);
+}
+
+void fj_cg_mark_stream(fj_cg *cg) { cg->stream = true; }
+
+void fj_cg_stream_stores(LLVMModuleRef mod)
+{
+	LLVMContextRef llctx = LLVMGetModuleContext(mod);
+	LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);
+	unsigned mdk = LLVMGetMDKindIDInContext(llctx, "nontemporal", 11);
+	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(llctx), 1, 0));
+	LLVMValueRef md = LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, &one, 1));
+	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+		if (!LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, FJ_CG_STREAM,
+		                                   (unsigned)strlen(FJ_CG_STREAM)))
+			continue;
+		for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+			for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i)) {
+				if (!LLVMIsAStoreInst(i))
+					continue;
+				LLVMTypeRef ty = LLVMTypeOf(LLVMGetOperand(i, 0));
+				if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind ||
+				    LLVMGetAlignment(i) < LLVMStoreSizeOfType(dl, ty))
+					continue;
+				LLVMSetMetadata(i, mdk, md);
+			}
+	}
+}
+
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx)
 {
 	LLVMValueRef off = fj_cg_i64(cg, 0);

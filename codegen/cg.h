@@ -92,6 +92,9 @@ typedef struct fj_cg_target {
 	                     LLVMValueRef d[4]);
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
+	/* host: stream the large outputs of flat pointwise loops with
+	 * non-temporal stores (region_host_pointwise.c: stream_ok) */
+	bool stream_pointwise;
 } fj_cg_target;
 
 struct fj_cg {
@@ -103,6 +106,7 @@ struct fj_cg {
 	LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f16, t_f32, t_f64, t_ptr;
 	LLVMValueRef fn;          /* the function being emitted */
 	LLVMBasicBlockRef entry;  /* its entry block (allocas go here) */
+	bool stream;              /* the kernel streams its outputs (fj_cg_mark_stream) */
 	fj_status st;             /* sticky: the first error */
 };
 
@@ -158,6 +162,28 @@ typedef enum { FJ_CG_PREFETCH_L2 = 2, FJ_CG_PREFETCH_L1 = 3 } fj_cg_prefetch_lev
 /* A hint: fetch the cache line of t's element at `offset` for reading (any
  * offset, even past t: a prefetch never faults) into cache level `level`. */
 void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, fj_cg_prefetch_level level);
+/* Tells LLVM that base + bytes (i64) is `align`-byte aligned (llvm.assume's
+ * "align" bundle, on base itself: LLVM's alignment-from-assumptions pass
+ * looks at the accesses through the pointer named there); the vector
+ * accesses it dominates at base + bytes + multiples of `align` get that
+ * alignment after vectorisation. */
+void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int64_t align);
+/* Marks the kernel being emitted as streaming (fj_cg_emit_node_kernel
+ * gives its function attribute FJ_CG_STREAM): after optimisation,
+ * fj_cg_stream_stores makes every vector store of it that is aligned to its
+ * size non-temporal, so a kernel marks itself only when all such stores are
+ * to the outputs it streams. A plain store to a line not in cache
+ * first reads it (read for ownership), so a kernel that reads x and writes
+ * y moves 3 bytes for every 2 it needs; a non-temporal store does not. The
+ * loop vectoriser cannot do this itself: it leaves a loop with
+ * !nontemporal scalar stores unvectorised unless it can prove their vector
+ * alignment (LLVM 19), which the scalar loop cannot show. The kernel must
+ * fence after its streamed stores (they are weakly ordered). */
+#define FJ_CG_STREAM "fj-stream"
+void fj_cg_mark_stream(fj_cg *cg);
+/* Makes the aligned vector stores of mod's kernels marked by
+ * fj_cg_mark_stream non-temporal. */
+void fj_cg_stream_stores(LLVMModuleRef mod);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
 /* Offset in t of the element that broadcasts (NumPy rules, aligned right) to

@@ -116,6 +116,7 @@ fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, co
 		fj_cg_add_attr(cg, f, i, "readonly", 0);
 	}
 	cg->fn = f;
+	cg->stream = false;
 	cg->entry = LLVMAppendBasicBlockInContext(cg->llctx, f, "entry");
 	LLVMPositionBuilderAtEnd(cg->b, cg->entry);
 	LLVMValueRef ptrs = LLVMGetParam(f, 0), dims = LLVMGetParam(f, 1);
@@ -142,6 +143,9 @@ fj_status fj_cg_emit_node_kernel(fj_cg *cg, const fj_graph *g, uint32_t node, co
 		return st;
 	}
 	LLVMBuildRet(cg->b, fj_cg_get(cg, k.status, cg->t_i32));
+	if (cg->stream) /* fj_cg_mark_stream */
+		LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+		                        LLVMCreateStringAttribute(cg->llctx, FJ_CG_STREAM, (unsigned)strlen(FJ_CG_STREAM), "", 0));
 	*par_out = k.par_out;
 	*par_mask = k.par_mask;
 	return FJ_OK;

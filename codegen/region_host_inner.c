@@ -501,7 +501,7 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc, int rows)
 /* The streamed version of a row loop whose cache lives in outputs: those
  * values move to stack row buffers (rcs), so that ntplan_make can stream
  * the outputs (nts). It runs when the row fits the buffers, the outputs
- * qualify for streaming, and each of them has STREAM_MIN_BYTES or more.
+ * qualify for streaming, and each of them has FJ_RH_STREAM_MIN_BYTES or more.
  * Below that size an output's lines are likely still in the last-level
  * cache when the next kernel reads them, and the in-place version is the
  * faster one: attention's [8,512,512] f32 softmax (8 MiB, read back by
@@ -514,7 +514,6 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc, int rows)
  * the whole story: on Zen 4 a loop that computes and stores whole aligned
  * 64-byte lines ran as fast with plain stores as with non-temporal ones.
  * Returns whether there is such a version (its condition in nts->ok). */
-enum { STREAM_MIN_BYTES = 32 << 20 };
 
 static bool stream_plan(hctx *h, const rowcache *rc, LLVMValueRef count, rowcache *rcs, ntplan *nts)
 {
@@ -535,7 +534,7 @@ static bool stream_plan(hctx *h, const rowcache *rc, LLVMValueRef count, rowcach
 		if (!streamed)
 			return false;
 		LLVMValueRef bytes = LLVMBuildNSWMul(BB, o->numel, c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
-		ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSGE, bytes, c64(h, STREAM_MIN_BYTES), ""), "");
+		ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSGE, bytes, c64(h, FJ_RH_STREAM_MIN_BYTES), ""), "");
 		rcs->buf[k] = fj_cg_var(h->cg, LLVMArrayType(rc->ty[k], ROWCACHE), NULL, "rowcache");
 		rcs->nstack++;
 	}

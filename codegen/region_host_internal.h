@@ -18,6 +18,11 @@ enum { TILE = 256 };
 /* reduction_outer tiles: points of R per tile (region_host_outer.c) */
 enum { OTILE = 2048 };
 
+/* An output at least this large is streamed (non-temporal stores): smaller
+ * ones are likely still in the last-level cache when the next kernel reads
+ * them (region_host_inner.c measures it). */
+enum { FJ_RH_STREAM_MIN_BYTES = 32 << 20 };
+
 typedef struct hctx {
 	fj_cg *cg;
 	fj_cg_kernel *k;

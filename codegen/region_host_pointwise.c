@@ -27,6 +27,55 @@ static bool node_needs_idx(const fj_graph *b, const fj_node *n)
 	}
 }
 
+/* The flat loop over [lo, hi): every output at each D-linear index. */
+static void flat_loop(hctx *h, int rank, LLVMValueRef lo, LLVMValueRef hi)
+{
+	fj_cg_loop l;
+	fj_cg_loop_begin(h->cg, &l, lo, hi, "i");
+	fj_rg_scope_push(&h->r);
+	fj_rg_point p;
+	if (rank == 1)
+		fj_rg_point_idx(&p, 1, &l.iv);
+	else
+		fj_rg_point_lin(&p, rank, l.iv);
+	p.lin = l.iv;
+	fj_rh_store_outputs(h, OUT_D, &p);
+	fj_rg_scope_pop(&h->r);
+	fj_cg_loop_end(h->cg, &l);
+	fj_rh_vector_width(h, &l, FJ_CG_INTERLEAVE);
+}
+
+/* Streaming the outputs of a flat loop: see fj_cg_mark_stream. When the
+ * outputs are large (FJ_RH_STREAM_MIN_BYTES together), of one element size,
+ * and aligned alike modulo 64 bytes, the loop runs in two parts: up to the
+ * first index at which they are 64-byte aligned, then the rest, whose
+ * vector stores, once aligned, are non-temporal. The condition (i1), or
+ * NULL when the outputs are never large enough. */
+static LLVMValueRef stream_ok(hctx *h, int rank)
+{
+	fj_cg *cg = h->cg;
+	const fj_graph *b = h->body;
+	if (!h->k->nout || !cg->target->stream_pointwise)
+		return NULL;
+	int64_t es = (int64_t)fj_dtype_size(h->out[0].dtype);
+	for (uint32_t j = 0; j < h->k->nout; j++)
+		if (vrank(h, b->results[j]) != rank || (int64_t)fj_dtype_size(h->out[j].dtype) != es)
+			return NULL;
+	LLVMValueRef bytes = LLVMBuildNSWMul(BB, h->out[0].numel, c64(h, es * (int64_t)h->k->nout), "");
+	if (LLVMIsAConstantInt(bytes) && LLVMConstIntGetSExtValue(bytes) < FJ_RH_STREAM_MIN_BYTES)
+		return NULL;
+	LLVMValueRef a0 = LLVMBuildPtrToInt(BB, h->out[0].ptr, cg->t_i64, "");
+	LLVMValueRef ok = LLVMBuildAnd(BB, LLVMBuildICmp(BB, LLVMIntSGE, bytes, c64(h, FJ_RH_STREAM_MIN_BYTES), ""),
+	                               LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildURem(BB, a0, c64(h, es), ""), c64(h, 0), ""),
+	                               "");
+	for (uint32_t j = 1; j < h->k->nout; j++) {
+		LLVMValueRef d = LLVMBuildSub(BB, LLVMBuildPtrToInt(BB, h->out[j].ptr, cg->t_i64, ""), a0, "");
+		ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, d, c64(h, 63), ""), c64(h, 0), ""),
+		                  "");
+	}
+	return ok;
+}
+
 void fj_rh_tpl_pointwise(hctx *h)
 {
 	fj_cg *cg = h->cg;
@@ -57,19 +106,30 @@ void fj_rh_tpl_pointwise(hctx *h)
 	}
 	if (flat || rank == 1) {
 		h->k->par_mask = (1u << rank) - 1;
-		fj_cg_loop l;
-		fj_cg_loop_begin(cg, &l, h->lo, h->hi, "i");
-		fj_rg_scope_push(r);
-		fj_rg_point p;
-		if (rank == 1)
-			fj_rg_point_idx(&p, 1, &l.iv);
-		else
-			fj_rg_point_lin(&p, rank, l.iv);
-		p.lin = l.iv;
-		fj_rh_store_outputs(h, OUT_D, &p);
-		fj_rg_scope_pop(r);
-		fj_cg_loop_end(cg, &l);
-		fj_rh_vector_width(h, &l, FJ_CG_INTERLEAVE);
+		LLVMValueRef ok = stream_ok(h, rank), mid = h->hi;
+		if (ok) {
+			/* the first index of the call whose outputs are 64-byte aligned */
+			const fj_cg_tensor *o = &h->out[0];
+			int64_t es = (int64_t)fj_dtype_size(o->dtype);
+			LLVMValueRef at = LLVMBuildPtrToInt(BB, LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr,
+			                                                          &h->lo, 1, ""), cg->t_i64, "");
+			LLVMValueRef skip = LLVMBuildAnd(BB, LLVMBuildNeg(BB, at, ""), c64(h, 63), "");
+			LLVMValueRef a = LLVMBuildNSWAdd(BB, h->lo, LLVMBuildSDiv(BB, skip, c64(h, es), ""), "");
+			ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSLT, a, h->hi, ""), "");
+			mid = LLVMBuildSelect(BB, ok, a, h->hi, "");
+		}
+		flat_loop(h, rank, h->lo, mid);
+		if (ok) {
+			fj_cg_if c;
+			fj_cg_if_begin(cg, &c, ok);
+			LLVMValueRef bytes = LLVMBuildNSWMul(BB, mid, c64(h, (int64_t)fj_dtype_size(h->out[0].dtype)), "");
+			for (uint32_t j = 0; j < h->k->nout; j++)
+				fj_cg_assume_aligned(cg, h->out[j].ptr, bytes, 64);
+			flat_loop(h, rank, mid, h->hi);
+			LLVMBuildFence(BB, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+			fj_cg_if_end(cg, &c);
+			fj_cg_mark_stream(cg);
+		}
 		return;
 	}
 	h->k->par_mask = (1u << (rank - 1)) - 1;

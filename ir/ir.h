@@ -98,6 +98,7 @@ typedef struct fj_settings {
 	char *cache_fault;        /* "cache_fault": a fault in the disk cache's writes (tests) */
 	int host_target;          /* "host_target": FJ_HOST_TARGET_NATIVE or _AVX2 */
 	int host_vector_bits;     /* "host_vector_bits": FJ_HOST_VECTOR_AUTO, _256 or _512 */
+	int host_stream;          /* "host_stream": FJ_HOST_STREAM_AUTO, _ON or _OFF */
 } fj_settings;
 
 /* host_target: the host CPU's own features, or them without AVX-512 (the AVX2
@@ -105,6 +106,9 @@ typedef struct fj_settings {
  * vector width of the host's loops (auto: the widest the features have). */
 enum { FJ_HOST_TARGET_NATIVE = 0, FJ_HOST_TARGET_AVX2 = 1 };
 enum { FJ_HOST_VECTOR_AUTO = 0, FJ_HOST_VECTOR_256 = 1, FJ_HOST_VECTOR_512 = 2 };
+/* host_stream: whether flat pointwise loops stream their large outputs with
+ * non-temporal stores (auto: on Intel CPUs, backend_host/jit.c). */
+enum { FJ_HOST_STREAM_AUTO = 0, FJ_HOST_STREAM_ON = 1, FJ_HOST_STREAM_OFF = 2 };
 
 /* nvptx_math: GPU math through libdevice (a kernel that needs it fails
  * clearly without it), or PTX approximations (f64 computed through f32). */

@@ -650,9 +650,9 @@ START_TEST(test_options)
 }
 END_TEST
 
-/* host_target and host_vector_bits: their values, and fixed at the context's
- * first host compile (a later change fails the next host compile clearly;
- * back to the first values, it compiles again). */
+/* host_target, host_vector_bits and host_stream: their values, and fixed at
+ * the context's first host compile (a later change fails the next host
+ * compile clearly; back to the first values, it compiles again). */
 START_TEST(test_host_target_options)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
@@ -664,6 +664,10 @@ START_TEST(test_host_target_options)
 	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "is not auto, 256 or 512"));
 	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "256"), FJ_OK);
 	ck_assert_int_eq(st->host_vector_bits, FJ_HOST_VECTOR_256);
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", "always"), FJ_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "host_stream: 'always' is not auto, on or off"));
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", "off"), FJ_OK);
+	ck_assert_int_eq(st->host_stream, FJ_HOST_STREAM_OFF);
 	const char *src = "graph @g(%x: f32[4]) {\n  %y = aten.exp(%x)\n  return %y\n}\n";
 	fj_program_destroy(compile_text(ctx, src, FJ_EXECUTOR_HOST, 0));
 	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "auto"), FJ_OK);
@@ -676,6 +680,9 @@ START_TEST(test_host_target_options)
 	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
 	ck_assert_ptr_nonnull(strstr(fj_context_error(ctx), "changed after this context's first host compile"));
 	ck_assert_int_eq(fj_context_set_option(ctx, "host_vector_bits", "256"), FJ_OK);
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", "on"), FJ_OK);
+	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_ERR_INVALID);
+	ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", "off"), FJ_OK);
 	ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_OK);
 	fj_program_destroy(p);
 	fj_module_destroy(m);
