@@ -9,10 +9,13 @@
 #   - bench/run on the host executor (aten's rows beside it): every bench
 #     graph, forward and training, against the same run's memcpy;
 #   - bench/run again with FUSEJIT_HOST_TARGET=avx2 for the graphs with
-#     memcpy targets (gelu, silu, layer_norm, rms_norm, softmax, log_softmax).
+#     memcpy targets (gelu, silu, layer_norm, rms_norm, softmax, log_softmax);
+#   - the pointwise graphs (gelu, silu, chain) with FUSEJIT_HOST_STREAM off
+#     and on, alternating round by round (stream-off-N.json, stream-on-N.json):
+#     whether streaming their outputs pays on this CPU (auto: on for Intel).
 # The GPU is left out (FUSEJIT_LIBCUDA names no library): run.sh measures it.
 # The tables print as each bench ends, and go with their JSON to --out=DIR.
-# Needs python3 (the benches are standard-library Python). About 4 minutes
+# Needs python3 (the benches are standard-library Python). About 5 minutes
 # at --rounds=2 (the default); exit 1 when a bench fails.
 #
 #   tests/gpu/cpu.sh [KIT.tar.xz | DIR-with-fusejit-run] [--rounds=N] [--out=DIR]
@@ -47,4 +50,12 @@ $pin "$py" "$root/bench/matmul/run" --build "$bin" --rounds "$rounds" --json "$o
 $pin "$py" "$root/bench/run" --build "$bin" --aten-reps 1 --rounds "$rounds" --json "$out/native.json" || fail=1
 FUSEJIT_HOST_TARGET=avx2 $pin "$py" "$root/bench/run" --build "$bin" --aten-reps 1 --rounds "$rounds" \
 	--only gelu,silu,layer_norm,rms_norm,softmax,log_softmax --json "$out/avx2.json" || fail=1
+r=1
+while [ $r -le "$rounds" ]; do
+	for s in off on; do
+		FUSEJIT_HOST_STREAM=$s $pin "$py" "$root/bench/run" --build "$bin" --aten-reps 1 --rounds 1 \
+			--only gelu,silu,chain --json "$out/stream-$s-$r.json" || fail=1
+	done
+	r=$((r + 1))
+done
 [ $fail -eq 0 ]
