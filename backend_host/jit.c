@@ -137,6 +137,15 @@ static void drop_avx512(char *features)
 	}
 }
 
+static bool intel_cpu(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __builtin_cpu_is("intel");
+#else
+	return false;
+#endif
+}
+
 /* The JIT's target from the context's settings: its features and vector
  * width. FJ_ERR_UNSUPPORTED where this CPU lacks what they ask. */
 static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
@@ -164,8 +173,8 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 	 * Xeon behind the H200 they ran at 0.6 of memcpy with plain stores,
 	 * near the 2/3 that a read for ownership of every output line allows,
 	 * while the row kernels, which stream, reached 0.84-1.09. */
-	j->target.stream_pointwise = s->host_stream == FJ_HOST_STREAM_AUTO ? __builtin_cpu_is("intel")
-	                                                                   : s->host_stream == FJ_HOST_STREAM_ON;
+	j->target.stream_pointwise =
+		s->host_stream == FJ_HOST_STREAM_AUTO ? intel_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
 	return FJ_OK;
 }
 
