@@ -137,10 +137,10 @@ static void drop_avx512(char *features)
 	}
 }
 
-static bool intel_cpu(void)
+static bool x86_cpu(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	return __builtin_cpu_is("intel");
+	return true;
 #else
 	return false;
 #endif
@@ -167,14 +167,13 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 		                       "host_vector_bits=%d: the host target (%s%s) has %d-bit vectors", want, j->cpu,
 		                       s->host_target == FJ_HOST_TARGET_AVX2 ? ", host_target=avx2" : "", have);
 	j->target.vector_bits = want;
-	/* Streaming a flat pointwise loop's outputs: Intel, not AMD. On Zen 4
-	 * (2 threads, [8192,4096] f32) gelu and silu ran within the noise of
-	 * plain stores (2 threads) or 1-6 % slower (1 thread); on the Intel
-	 * Xeon behind the H200 they ran at 0.6 of memcpy with plain stores,
-	 * near the 2/3 that a read for ownership of every output line allows,
-	 * while the row kernels, which stream, reached 0.84-1.09. */
+	/* Streaming a flat pointwise loop's outputs (measured in
+	 * region_host_pointwise.c): x86. On the Intel Xeon behind the H200
+	 * gelu and silu ran at 0.6 of memcpy with plain stores, near the 2/3
+	 * that a read for ownership of every output line allows, while the row
+	 * kernels, which stream, reached 0.84-1.09. */
 	j->target.stream_pointwise =
-		s->host_stream == FJ_HOST_STREAM_AUTO ? intel_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
+		s->host_stream == FJ_HOST_STREAM_AUTO ? x86_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
 	return FJ_OK;
 }
 

@@ -107,7 +107,7 @@ typedef struct fj_settings {
 enum { FJ_HOST_TARGET_NATIVE = 0, FJ_HOST_TARGET_AVX2 = 1 };
 enum { FJ_HOST_VECTOR_AUTO = 0, FJ_HOST_VECTOR_256 = 1, FJ_HOST_VECTOR_512 = 2 };
 /* host_stream: whether flat pointwise loops stream their large outputs with
- * non-temporal stores (auto: on Intel CPUs, backend_host/jit.c). */
+ * non-temporal stores (auto: on x86, backend_host/jit.c). */
 enum { FJ_HOST_STREAM_AUTO = 0, FJ_HOST_STREAM_ON = 1, FJ_HOST_STREAM_OFF = 2 };
 
 /* nvptx_math: GPU math through libdevice (a kernel that needs it fails

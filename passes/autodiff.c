@@ -25,7 +25,8 @@
  * the nodes applies the rules, summing the gradients of fanned-out values
  * with prims.add; decompose's softmax and log_softmax are differentiated as a
  * whole (fj_vjp_idiom), so their backward needs only their result, and so
- * are its sigmoids, whose rules one by one give NaN where exp overflows. O(nodes + values) plus the rules' output.
+ * are its sigmoids, whose rules one by one give NaN where exp overflows.
+ * O(nodes + values) plus the rules' output.
  *
  * References: JAX's backward_pass (ad.py), PyTorch's derivatives.yaml, and
  * AOTAutograd's joint graph (functorch/_src/aot_autograd.py). */

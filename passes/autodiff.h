@@ -61,9 +61,9 @@ extern const fj_vjp_rule fj_vjp_rules[FJ_OP_COUNT];
  * (c is 1 at e = inf; the two forms avoid e * r's inf * 0 and 1 - r's
  * cancellation). a->n is the division or the subtraction; uses[v] counts
  * v's uses in a->f (operands and graph results): the values inside a
- * softmax idiom must have no other use. Returns the gradient of sh or z (a value
- * of a->f, in *target) and sets a->gin for the node's own operands, or
- * returns FJ_NOVAL when a->n is no idiom. */
+ * softmax idiom must have no other use. Returns the gradient of sh or z (a
+ * value of a->f, in *target) and sets a->gin for the node's own operands,
+ * or returns FJ_NOVAL when a->n is no idiom. */
 fj_vid fj_vjp_idiom(fj_ad *a, const uint32_t *uses, fj_vid *target);
 
 #endif

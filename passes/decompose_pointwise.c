@@ -164,8 +164,8 @@ static fj_status rule_relu(fj_dec *d)
  * (1 + exp(-2u)), for one exp and a division instead of tanh's rational fit
  * (codegen/math_poly.c: 13 multiply-adds and a division), and without the
  * cancellation of 1 + tanh(u) below zero (f32, [-2, 10]: max 42 -> 6.5 ulp,
- * tests/unit/test_region.c). Zen 4, [8192,4096] f32, one thread: 13.7 ->
- * 12.7 ms (AVX2 code: 16.3 -> 15.7). Its gradient is autodiff's sigmoid
+ * tests/unit/test_region.c). Zen 4, [8192,4096] f32, one thread: 13.6 ->
+ * 12.2 ms (AVX2 code: 15.8 -> 14.7). Its gradient is autodiff's sigmoid
  * idiom (passes/vjp.c), finite where exp(-2u) overflows. */
 static fj_status rule_gelu(fj_dec *d)
 {

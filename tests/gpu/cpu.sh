@@ -12,7 +12,7 @@
 #     memcpy targets (gelu, silu, layer_norm, rms_norm, softmax, log_softmax);
 #   - the pointwise graphs (gelu, silu, chain) with FUSEJIT_HOST_STREAM off
 #     and on, alternating round by round (stream-off-N.json, stream-on-N.json):
-#     whether streaming their outputs pays on this CPU (auto: on for Intel).
+#     whether streaming their outputs pays on this CPU (auto: on for x86).
 # The GPU is left out (FUSEJIT_LIBCUDA names no library): run.sh measures it.
 # The tables print as each bench ends, and go with their JSON to --out=DIR.
 # Needs python3 (the benches are standard-library Python). About 5 minutes

@@ -690,6 +690,54 @@ START_TEST(test_host_target_options)
 }
 END_TEST
 
+/* host_stream on caller outputs at any alignment: y = silu(x) and z = x * y
+ * (33.6 MB together, streamed when split among threads) into buffers at
+ * byte offsets 0, 4 (aligned alike: up to the first 64-byte aligned index
+ * plainly, then streamed), 4 and 8 (aligned unlike: plain) and 2 and 2 (not
+ * element-aligned: plain), on 3 threads, bit for bit as with host_stream
+ * off, every element written. */
+START_TEST(test_host_stream_alignment)
+{
+	enum { N = 4200007 };
+	static const int off[][2] = {{0, 0}, {4, 4}, {4, 8}, {2, 2}};
+	const char *src = "graph @g(%x: f32[4200007]) {\n  %y = aten.silu(%x)\n  %z = aten.mul(%x, %y)\n"
+	                  "  return %y, %z\n}\n";
+	float *x = malloc(N * sizeof *x);
+	char *buf = malloc(2 * N * sizeof(float) + 128), *ref = malloc(2 * N * sizeof(float));
+	ck_assert(x && buf && ref);
+	for (int64_t i = 0; i < N; i++)
+		x[i] = (float)((i * 7919) % 2001 - 1000) / 100.0f;
+	fj_tensor in = desc(x, FJ_TYPE_F32, 1, N, 0);
+	for (int on = 0; on < 2; on++) {
+		fj_context *ctx = fj_context_create(NULL, NULL);
+		fj_context_set_cache(ctx, "off", 0);
+		ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", on ? "on" : "off"), FJ_OK);
+		ck_assert_int_eq(fj_context_set_option(ctx, "threads", "3"), FJ_OK);
+		fj_program *p = compile_text(ctx, src, FJ_EXECUTOR_HOST, 0);
+		for (size_t c = 0; c < (on ? FJ_ARRAY_LEN(off) : 1); c++) {
+			char *y = buf + off[c][0], *z = buf + N * sizeof(float) + 64 + off[c][1];
+			memset(buf, 0xff, 2 * N * sizeof(float) + 128); /* NaNs */
+			fj_tensor out[2] = {desc(y, FJ_TYPE_F32, 1, N, 0), desc(z, FJ_TYPE_F32, 1, N, 0)};
+			ck_assert_int_eq(fj_program_run(p, &in, 1, out, 2), FJ_OK);
+			if (!on) {
+				memcpy(ref, y, N * sizeof(float));
+				memcpy(ref + N * sizeof(float), z, N * sizeof(float));
+				continue;
+			}
+			ck_assert_msg(memcmp(y, ref, N * sizeof(float)) == 0, "y differs at offsets %d, %d", off[c][0],
+			              off[c][1]);
+			ck_assert_msg(memcmp(z, ref + N * sizeof(float), N * sizeof(float)) == 0, "z differs at offsets %d, %d",
+			              off[c][0], off[c][1]);
+		}
+		fj_program_destroy(p);
+		fj_context_destroy(ctx);
+	}
+	free(x);
+	free(buf);
+	free(ref);
+}
+END_TEST
+
 /* Out of memory at the n-th allocation of parse + compile + run: an error,
  * never a crash or a leak. Every n up to 60, then a sample up to success. */
 START_TEST(test_alloc_failures)
@@ -820,6 +868,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_cache_settings);
 	tcase_add_test(tc, test_options);
 	tcase_add_test(tc, test_host_target_options);
+	tcase_add_test(tc, test_host_stream_alignment);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
 	return s;
