@@ -354,13 +354,17 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
 
 void fj_cg_mark_stream(fj_cg *cg) { cg->stream = true; }
 
+void fj_cg_set_nontemporal(LLVMValueRef store)
+{
+	LLVMContextRef llctx = LLVMGetTypeContext(LLVMTypeOf(store));
+	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(llctx), 1, 0));
+	LLVMSetMetadata(store, LLVMGetMDKindIDInContext(llctx, "nontemporal", 11),
+	                LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, &one, 1)));
+}
+
 void fj_cg_stream_stores(LLVMModuleRef mod)
 {
-	LLVMContextRef llctx = LLVMGetModuleContext(mod);
 	LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);
-	unsigned mdk = LLVMGetMDKindIDInContext(llctx, "nontemporal", 11);
-	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(llctx), 1, 0));
-	LLVMValueRef md = LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, &one, 1));
 	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
 		if (!LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, FJ_CG_STREAM,
 		                                   (unsigned)strlen(FJ_CG_STREAM)))
@@ -373,7 +377,7 @@ void fj_cg_stream_stores(LLVMModuleRef mod)
 				if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind ||
 				    LLVMGetAlignment(i) < LLVMStoreSizeOfType(dl, ty))
 					continue;
-				LLVMSetMetadata(i, mdk, md);
+				fj_cg_set_nontemporal(i);
 			}
 	}
 }

@@ -93,7 +93,7 @@ typedef struct fj_cg_target {
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
 	/* host: stream the large outputs of flat pointwise loops with
-	 * non-temporal stores (region_host_pointwise.c: stream_ok) */
+	 * non-temporal stores (region_host_pointwise.c: stream_split) */
 	bool stream_pointwise;
 } fj_cg_target;
 
@@ -180,6 +180,8 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
  * alignment (LLVM 19), which the scalar loop cannot show. The kernel must
  * fence after its streamed stores (they are weakly ordered). */
 #define FJ_CG_STREAM "fj-stream"
+/* Marks store instruction `store` !nontemporal. */
+void fj_cg_set_nontemporal(LLVMValueRef store);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
  * fj_cg_mark_stream non-temporal. */

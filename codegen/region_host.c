@@ -17,7 +17,7 @@
  *       of the output (parallel; indices split once per row) and a unit-
  *       stride inner loop over its last dim. No intermediate buffer.
  *       The flat loop streams large outputs with non-temporal stores
- *       where the target says so (host_stream; stream_ok).
+ *       where the target says so (host_stream; stream_split).
  *   reduction_inner / persistent_inner (K holds D's innermost dim)
  *       parallel over rows (points of R); per row, one loop nest over K per
  *       phase of reductions (softmax: max, then sum), the unit-stride inner

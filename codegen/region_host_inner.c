@@ -559,9 +559,6 @@ static void nt_copy(hctx *h, const ntplan *nt, int g, const LLVMValueRef *off, L
 {
 	fj_cg *cg = h->cg;
 	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
-	unsigned mdk = LLVMGetMDKindIDInContext(cg->llctx, "nontemporal", 11);
-	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(cg->t_i32, 1, 0));
-	LLVMValueRef md = LLVMMetadataAsValue(cg->llctx, LLVMMDNodeInContext2(cg->llctx, &one, 1));
 	for (int i = 0; i < nt->n; i++) {
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
 		LLVMValueRef oi = off[i];
@@ -576,7 +573,7 @@ static void nt_copy(hctx *h, const ntplan *nt, int g, const LLVMValueRef *off, L
 		LLVMSetAlignment(v, 64);
 		LLVMValueRef st = LLVMBuildStore(BB, v, dst);
 		LLVMSetAlignment(st, 64);
-		LLVMSetMetadata(st, mdk, md);
+		fj_cg_set_nontemporal(st);
 		fj_cg_loop_end(cg, &l);
 	}
 }

@@ -55,12 +55,14 @@ static void flat_loop(hctx *h, int rank, LLVMValueRef lo, LLVMValueRef hi)
  * of 6 alternating runs, streamed against plain: 1 thread 1-6 % slower in 3
  * cases of 4 (AVX-512 and AVX2 code); 2 threads (the peers' setting, 2
  * alternating pairs of runs) silu 5.7-8.0 -> 4.4-5.0 ms, gelu 7.2-7.8 ->
- * 6.3-6.4, their training within the noise. The condition (i1), or NULL
- * when the outputs are never large enough. */
-static LLVMValueRef stream_ok(hctx *h, int rank)
+ * 6.3-6.4, their training within the noise. Returns the condition (i1),
+ * or NULL when the outputs are never large enough, and sets *mid to the
+ * first aligned index where it holds, else to hi. */
+static LLVMValueRef stream_split(hctx *h, int rank, LLVMValueRef *mid)
 {
 	fj_cg *cg = h->cg;
 	const fj_graph *b = h->body;
+	*mid = h->hi;
 	if (!h->k->nout || !cg->target->stream_pointwise)
 		return NULL;
 	int64_t es = (int64_t)fj_dtype_size(h->out[0].dtype);
@@ -81,6 +83,12 @@ static LLVMValueRef stream_ok(hctx *h, int rank)
 		ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, d, c64(h, 63), ""), c64(h, 0), ""),
 		                  "");
 	}
+	/* the first index of the call whose outputs are 64-byte aligned */
+	LLVMValueRef at = LLVMBuildAdd(BB, a0, LLVMBuildNSWMul(BB, h->lo, c64(h, es), ""), "");
+	LLVMValueRef skip = LLVMBuildAnd(BB, LLVMBuildNeg(BB, at, ""), c64(h, 63), "");
+	LLVMValueRef a = LLVMBuildNSWAdd(BB, h->lo, LLVMBuildSDiv(BB, skip, c64(h, es), ""), "");
+	ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSLT, a, h->hi, ""), "");
+	*mid = LLVMBuildSelect(BB, ok, a, h->hi, "");
 	return ok;
 }
 
@@ -114,18 +122,7 @@ void fj_rh_tpl_pointwise(hctx *h)
 	}
 	if (flat || rank == 1) {
 		h->k->par_mask = (1u << rank) - 1;
-		LLVMValueRef ok = stream_ok(h, rank), mid = h->hi;
-		if (ok) {
-			/* the first index of the call whose outputs are 64-byte aligned */
-			const fj_cg_tensor *o = &h->out[0];
-			int64_t es = (int64_t)fj_dtype_size(o->dtype);
-			LLVMValueRef at = LLVMBuildPtrToInt(BB, LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr,
-			                                                          &h->lo, 1, ""), cg->t_i64, "");
-			LLVMValueRef skip = LLVMBuildAnd(BB, LLVMBuildNeg(BB, at, ""), c64(h, 63), "");
-			LLVMValueRef a = LLVMBuildNSWAdd(BB, h->lo, LLVMBuildSDiv(BB, skip, c64(h, es), ""), "");
-			ok = LLVMBuildAnd(BB, ok, LLVMBuildICmp(BB, LLVMIntSLT, a, h->hi, ""), "");
-			mid = LLVMBuildSelect(BB, ok, a, h->hi, "");
-		}
+		LLVMValueRef mid, ok = stream_split(h, rank, &mid);
 		flat_loop(h, rank, h->lo, mid);
 		if (ok) {
 			fj_cg_if c;
