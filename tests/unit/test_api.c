@@ -702,9 +702,10 @@ START_TEST(test_host_stream_alignment)
 	static const int off[][2] = {{0, 0}, {4, 4}, {4, 8}, {2, 2}};
 	const char *src = "graph @g(%x: f32[4200007]) {\n  %y = aten.silu(%x)\n  %z = aten.mul(%x, %y)\n"
 	                  "  return %y, %z\n}\n";
-	enum { ZAT = (N * sizeof(float) + 127) / 64 * 64 }; /* z's buffer: 64-byte aligned, after y's */
+	/* z's buffer: 64-byte aligned, after y's; the whole a multiple of 64 (aligned_alloc) */
+	enum { ZAT = (N * sizeof(float) + 127) / 64 * 64, BUF = 2 * ZAT };
 	float *x = malloc(N * sizeof *x);
-	char *buf = aligned_alloc(64, ZAT + N * sizeof(float) + 64), *ref = malloc(2 * N * sizeof(float));
+	char *buf = aligned_alloc(64, BUF), *ref = malloc(2 * N * sizeof(float));
 	ck_assert(x && buf && ref);
 	for (int64_t i = 0; i < N; i++)
 		x[i] = (float)((i * 7919) % 2001 - 1000) / 100.0f;
@@ -717,7 +718,7 @@ START_TEST(test_host_stream_alignment)
 		fj_program *p = compile_text(ctx, src, FJ_EXECUTOR_HOST, 0);
 		for (size_t c = 0; c < (on ? FJ_ARRAY_LEN(off) : 1); c++) {
 			char *y = buf + off[c][0], *z = buf + ZAT + off[c][1];
-			memset(buf, 0xff, ZAT + N * sizeof(float) + 64); /* NaNs */
+			memset(buf, 0xff, BUF); /* NaNs */
 			fj_tensor out[2] = {desc(y, FJ_TYPE_F32, 1, N, 0), desc(z, FJ_TYPE_F32, 1, N, 0)};
 			ck_assert_int_eq(fj_program_run(p, &in, 1, out, 2), FJ_OK);
 			if (!on) {
