@@ -258,7 +258,7 @@ typedef struct fj_rg {
 	int nscope;
 	fj_status st;
 	/* softmax's divisions by the row sum are made by reciprocal (see
-	 * fj_rg_recip_max) */
+	 * fj_rg_recip_sum) */
 	bool recip;
 } fj_rg;
 
@@ -297,13 +297,12 @@ LLVMValueRef fj_rg_eval_as(fj_rg *r, fj_vid v, fj_rg_point *p, fj_dtype to);
 /* Softmax's division e / broadcast_in_dim(sum(e)), e = exp(x -
  * broadcast_in_dim(amax(x))), in f32, can go by reciprocal: while r->recip
  * is set, it is e * (1/s) corrected by one FMA residual (Markstein), which
- * is e / s rounded to nearest when every e of the row is at least 2^-60
- * (s is in [1, 2^39], so the quotients are normal). That holds when
- * min(x) - max(x) >= FJ_RG_RECIP_SPREAD over the row (in f64: e >= e^-40
- * > 2^-58). Is reduction node `red` the amax of such a division, whose
- * operand's min over the row the caller then checks? */
-bool fj_rg_recip_max(fj_rg *r, const fj_node *red);
-#define FJ_RG_RECIP_SPREAD (-40.0)
+ * is e / s rounded to nearest when every e of the row is at least
+ * FJ_RG_RECIP_MIN (s is in [1, 2^39], so the quotients are normal). Is
+ * reduction node `red` the sum of such a division, whose operand's min over
+ * the row the caller then checks? */
+bool fj_rg_recip_sum(fj_rg *r, const fj_node *red);
+#define FJ_RG_RECIP_MIN 0x1p-60f
 
 /* Memo scopes: entries created after a push are dropped by the matching pop.
  * Push when entering a loop body or a branch, pop when leaving it. */

@@ -424,15 +424,12 @@ static bool softmax_div(fj_rg *r, const fj_node *n)
 	       row_value(r, n->opnds[1], FJ_OP_PRIMS_SUM) == n->opnds[0];
 }
 
-bool fj_rg_recip_max(fj_rg *r, const fj_node *red)
+bool fj_rg_recip_sum(fj_rg *r, const fj_node *red)
 {
 	for (uint32_t i = 0; i < r->body->nnodes; i++) {
 		const fj_node *n = &r->body->nodes[i];
-		if (!softmax_div(r, n))
-			continue;
-		/* n = exp(a - broadcast(amax(a))) / ... */
-		const fj_node *shift = def_node(r, def_node(r, n->opnds[0])->opnds[0]);
-		if (def_node(r, def_node(r, shift->opnds[1])->opnds[0]) == red)
+		/* n = e / broadcast(sum(e)): is that sum red? */
+		if (softmax_div(r, n) && def_node(r, def_node(r, n->opnds[1])->opnds[0]) == red)
 			return true;
 	}
 	return false;
@@ -442,7 +439,7 @@ bool fj_rg_recip_max(fj_rg *r, const fj_node *red)
  * residual exact by an FMA. With 1/s rounded to nearest and q within an ulp
  * of e / s, that is e / s rounded to nearest (Markstein's theorem) unless
  * something underflows; for s in [1, 2^39] nothing does when e >= 2^-60,
- * which the caller checks (fj_rg_recip_max). Three FMA-port ops per vector
+ * which the caller checks (fj_rg_recip_sum). Three FMA-port ops per vector
  * where a vdivps takes the divider 3 (ymm) or 6 (zmm) cycles on Zen 4. */
 static LLVMValueRef recip_div(fj_rg *r, LLVMValueRef e, LLVMValueRef s)
 {

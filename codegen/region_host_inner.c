@@ -699,47 +699,40 @@ static void d_outputs(hctx *h, const rowcache *rc, rowgroup *g, const ntplan *nt
 	}
 }
 
-/* Softmax's division by the row sum by reciprocal (fj_rg_recip_max): the
- * index of the reduction that is its max, or -1 (no such division). */
-static int recip_max(hctx *h)
+/* Softmax's division by the row sum by reciprocal (fj_rg_recip_sum): the
+ * index of the reduction that is its sum, or -1 (no such division). */
+static int recip_sum(hctx *h)
 {
 	for (int i = 0; i < h->a->nreds; i++)
-		if (fj_rg_recip_max(&h->r, &h->body->nodes[h->a->reds[i]]))
+		if (fj_rg_recip_sum(&h->r, &h->body->nodes[h->a->reds[i]]))
 			return i;
 	return -1;
 }
 
-/* That reduction (*mi), and an i32 variable for the min of its operand
- * over the row (as order_key), kept by the max's pass; NULL when the
- * region has no such division. */
+/* That reduction (*mi), and an i32 variable for the min of its operand's
+ * bits over the row, kept by the sum's pass; NULL when the region has no
+ * such division. The operand is e = exp(x - max) in [0, 1] or NaN, and a
+ * float's bits order like it when its sign is clear: one vpminsd per
+ * vector, no NaN handling and no fast-math flags (an nnan vminps would need
+ * a freeze before the branch, which InstCombine moves into the loop,
+ * dropping the flag and the vectorisation). A NaN with its sign set is the
+ * smallest: its row divides; one with it clear leaves s NaN, and both ways
+ * give NaN. */
 static LLVMValueRef recip_var(hctx *h, int *mi)
 {
-	*mi = recip_max(h);
+	*mi = recip_sum(h);
 	return *mi >= 0 ? fj_cg_var(h->cg, h->cg->t_i32, NULL, "recipmin") : NULL;
 }
 
-/* The bits of f32 x as an i32 that orders like x (negative floats' bits
- * but the sign flipped; a negative NaN below -inf, a positive one above
- * +inf): a min with vpminsd, no NaN handling, no fast-math flags (an nnan
- * vminps would need a freeze before the branch, which InstCombine moves
- * into the loop, dropping the flag and the vectorisation). Its own
- * inverse. */
-static LLVMValueRef order_key(hctx *h, LLVMValueRef bits)
+/* Does the row go by reciprocal: every e >= FJ_RG_RECIP_MIN (false for a
+ * -inf in the row, whose e is 0), rmin holding the min of e's bits? */
+static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin)
 {
 	fj_cg *cg = h->cg;
-	LLVMValueRef neg = LLVMBuildAnd(BB, LLVMBuildAShr(BB, bits, fj_cg_i32(cg, 31), ""), fj_cg_i32(cg, 0x7fffffff), "");
-	return LLVMBuildXor(BB, bits, neg, "");
-}
-
-/* Does the row go by reciprocal: min - max >= FJ_RG_RECIP_SPREAD (in f64;
- * false for a NaN, and for -inf in the row), rmin holding the min's
- * order_key and max the row's max? */
-static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin, LLVMValueRef max)
-{
-	fj_cg *cg = h->cg;
-	LLVMValueRef lo = LLVMBuildBitCast(BB, order_key(h, fj_cg_get(cg, rmin, cg->t_i32)), cg->t_f32, "");
-	LLVMValueRef spread = LLVMBuildFSub(BB, LLVMBuildFPExt(BB, lo, cg->t_f64, ""), LLVMBuildFPExt(BB, max, cg->t_f64, ""), "");
-	return LLVMBuildFCmp(BB, LLVMRealOGE, spread, LLVMConstReal(cg->t_f64, FJ_RG_RECIP_SPREAD), "");
+	float lo = FJ_RG_RECIP_MIN;
+	int32_t bits;
+	memcpy(&bits, &lo, sizeof bits);
+	return LLVMBuildICmp(BB, LLVMIntSGE, fj_cg_get(cg, rmin, cg->t_i32), fj_cg_i32(cg, bits), "");
 }
 
 /* One row's reduction passes and R-sized outputs (rc: NULL, or the values
@@ -774,8 +767,7 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 			const fj_node *n = &h->body->nodes[a->reds[i]];
 			LLVMValueRef x = fj_rg_eval(r, n->opnds[0], &p);
 			if (i == mi) {
-				LLVMValueRef args[2] = {fj_cg_get(cg, rmin, cg->t_i32),
-				                        order_key(h, LLVMBuildBitCast(BB, x, cg->t_i32, ""))};
+				LLVMValueRef args[2] = {fj_cg_get(cg, rmin, cg->t_i32), LLVMBuildBitCast(BB, x, cg->t_i32, "")};
 				fj_cg_set(cg, rmin, fj_cg_intrinsic(cg, "llvm.smin", args, 2));
 			}
 			for (int k = 0; rc && k < rc->n; k++)
@@ -790,7 +782,7 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 			if (a->red_phase[i] == ph) {
 				fj_rg_acc_finish(r, &accs[i], count);
 				if (i == mi) /* decided here: only an i1 stays live through the later passes */
-					recip_ok = recip_check(h, rmin, r->bound[h->body->nodes[a->reds[i]].res[0]]);
+					recip_ok = recip_check(h, rmin);
 			}
 	}
 	/* R-sized outputs */
@@ -806,11 +798,11 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 /* The rows of group g: each row's reduction passes, then the outputs. A
  * group of one row may keep values in the row buffer (rc) and divide by
  * reciprocal: softmax's output pass comes in two versions, by reciprocal
- * when the row's min is within 40 of its max (every weight at least
- * e^-40), else with divisions (a NaN or -inf in the row: the spread is NaN
- * or -inf). The min costs the max pass four integer ops per vector
- * (order_key); in llvm-mca on Zen 4 the output loop takes 3 instead of 6
- * cycles per 16 floats with AVX-512, 2 instead of 3 per 8 with AVX2. */
+ * when every weight of the row is at least FJ_RG_RECIP_MIN, else with
+ * divisions (a -inf in the row, or weights that small). The weights' min
+ * costs the sum's pass one vpminsd per vector (recip_var); in llvm-mca on
+ * Zen 4 the output loop takes 3 instead of 6 cycles per 16 floats with
+ * AVX-512, 2 instead of 3 per 8 with AVX2. */
 static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueRef count, const rowcache *rc,
                        const ntplan *nt)
 {
@@ -870,7 +862,7 @@ static void group_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, LLVMValueRe
  * row buffer nor softmax's reciprocal), else one at a time. */
 static int group_rows(hctx *h, const rowcache *rc)
 {
-	return h->part && !rc && recip_max(h) < 0 ? GROUP : 1;
+	return h->part && !rc && recip_sum(h) < 0 ? GROUP : 1;
 }
 
 static void row_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, const rowcache *rc, const ntplan *nt)
