@@ -78,36 +78,52 @@ static int32_t copy_task(void *arg, int64_t lo, int64_t hi)
 }
 
 /* The host's copy baseline: bytes/2 read, bytes/2 written, with all of the
- * pool's threads, timed reps times into times[]. */
-static fj_status host_copy_ms(fj_context *ctx, size_t bytes, int reps, double *times, double *ms)
+ * pool's threads. */
+typedef struct copy_base {
+	fj_context *ctx;
+	int threads;
+	size_t half;
+	copy_arg ca;
+} copy_base;
+
+static void copy_run(copy_base *c)
 {
-	size_t half = bytes / 2;
-	char *src = fj_rt_aligned_alloc(half), *dst = fj_rt_aligned_alloc(half);
-	if (!src || !dst) {
-		fj_rt_aligned_free(src);
-		fj_rt_aligned_free(dst);
+	fj_host_parallel_for(c->ctx, c->threads, (int64_t)c->half, 1 << 16, copy_task, &c->ca);
+}
+
+/* Its buffers, touched, and three runs to warm up. */
+static fj_status copy_begin(copy_base *c, fj_context *ctx, size_t bytes)
+{
+	c->ctx = ctx;
+	c->threads = fj_host_thread_count(ctx);
+	c->half = bytes / 2;
+	c->ca.src = fj_rt_aligned_alloc(c->half);
+	c->ca.dst = fj_rt_aligned_alloc(c->half);
+	if (!c->ca.src || !c->ca.dst) {
+		fj_rt_aligned_free((void *)c->ca.src);
+		fj_rt_aligned_free(c->ca.dst);
 		return oom(ctx);
 	}
-	memset(src, 1, half);
-	memset(dst, 0, half);
-	int threads = fj_host_thread_count(ctx);
-	copy_arg ca = {dst, src};
+	memset((void *)c->ca.src, 1, c->half);
+	memset(c->ca.dst, 0, c->half);
 	for (int r = 0; r < 3; r++)
-		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
-	for (int r = 0; r < reps; r++) {
-		double a = now_ms();
-		fj_host_parallel_for(ctx, threads, (int64_t)half, 1 << 16, copy_task, &ca);
-		times[r] = now_ms() - a;
-	}
-	*ms = fj_rt_median(times, reps);
-	fj_rt_aligned_free(src);
-	fj_rt_aligned_free(dst);
+		copy_run(c);
 	return FJ_OK;
+}
+
+static void copy_end(copy_base *c)
+{
+	fj_rt_aligned_free((void *)c->ca.src);
+	fj_rt_aligned_free(c->ca.dst);
 }
 
 /* Whole runs, timed with the clock: a few warm-up runs give an estimate of
  * one, then enough runs for about half a second (5 to 1000; reps > 0:
- * exactly reps, at most 1000). */
+ * exactly reps, at most 1000), each followed by a run of the copy
+ * baseline, so that the two medians come from the same moments: on a
+ * shared machine memory bandwidth drifts from second to second (a Zen 4
+ * VM: memcpy from 30 to 49 GB/s between runs), and timing the copy after
+ * all the runs let that drift into the ratio. */
 static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs, int want,
                                fj_rt_bench *br)
 {
@@ -139,19 +155,29 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;
 	if (want > 0)
 		reps = want > 1000 ? 1000 : want;
-	double *times = malloc((size_t)reps * sizeof *times);
+	double *times = malloc(2 * (size_t)reps * sizeof *times), *ctimes = times + reps;
 	if (!times)
 		return oom(ctx);
+	copy_base cb;
+	st = copy_begin(&cb, ctx, br->bytes);
+	if (st != FJ_OK) {
+		free(times);
+		return st;
+	}
 	for (int r = 0; r < reps && st == FJ_OK; r++) {
 		double a = now_ms();
 		st = fj_rt_program_run(p, inputs, outputs);
-		times[r] = now_ms() - a;
+		double b = now_ms();
+		copy_run(&cb);
+		times[r] = b - a;
+		ctimes[r] = now_ms() - b;
 	}
 	if (st == FJ_OK) {
 		br->median_ms = fj_rt_median(times, reps);
+		br->copy_ms = fj_rt_median(ctimes, reps);
 		br->reps = reps;
-		st = host_copy_ms(ctx, br->bytes, reps, times, &br->copy_ms);
 	}
+	copy_end(&cb);
 	free(times);
 	return st;
 }
