@@ -260,6 +260,9 @@ typedef struct fj_rg {
 	/* softmax's divisions by the row sum are made by reciprocal (see
 	 * fj_rg_recip_sum) */
 	bool recip;
+	/* this exp node, of an argument known <= 0, is fj_cg_exp_nonpos
+	 * (region_host_inner.c: exp_input) */
+	const fj_node *exp_nonpos;
 } fj_rg;
 
 /* Starts evaluating region a in the function being emitted by cg. The caller

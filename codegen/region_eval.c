@@ -481,7 +481,7 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
 	}
-	if (n->op == FJ_OP_PRIMS_EXP && minus_row_max(r, n->opnds[0]))
+	if (n->op == FJ_OP_PRIMS_EXP && (n == r->exp_nonpos || minus_row_max(r, n->opnds[0])))
 		return fj_cg_exp_nonpos(r->cg, args[0]); /* the same bits, cheaper */
 	/* Divisions keep their bits, also by a per-row value: a reciprocal
 	 * hoisted out of the row (x * (1/s)) may differ from x / s by an ulp, and

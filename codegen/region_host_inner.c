@@ -735,9 +735,32 @@ static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin)
 	return LLVMBuildICmp(BB, LLVMIntSGE, fj_cg_get(cg, rmin, cg->t_i32), fj_cg_i32(cg, bits), "");
 }
 
+/* An exp of a region input of D's shape (log_softmax's backward: exp of
+ * the saved log-probabilities), f32, or NULL. Its general polynomial scales
+ * in two steps (eight ops per vector) for the results that are denormal or
+ * large; fj_cg_exp_nonpos gives the same bits in one op for an argument <=
+ * 0. So the first reduction pass reads the operand too and keeps the max
+ * of its bits (one vpmaxsd per vector: as an i32, the bits of a float <= +0
+ * or of a NaN with its sign set are <= 0, those of anything above +0 are
+ * not), and rows where it is <= 0 take an output pass with the cheap exp. */
+static const fj_node *exp_input(hctx *h)
+{
+	const fj_graph *b = h->body;
+	for (uint32_t i = 0; i < b->nnodes; i++) {
+		const fj_node *n = &b->nodes[i];
+		const fj_value *x = n->op == FJ_OP_PRIMS_EXP ? &b->values[n->opnds[0]] : NULL;
+		if (x && x->kind == FJ_VK_PARAM && x->type.dtype == FJ_DT_F32 &&
+		    fj_type_same_dims(&x->type, h->a->dom))
+			return n;
+	}
+	return NULL;
+}
+
 /* One row's reduction passes and R-sized outputs (rc: NULL, or the values
- * to keep in the row buffer). Returns, for softmax's division by
- * reciprocal, the row's condition for it (recip_check), else NULL. */
+ * to keep in the row buffer). Returns the row's condition for its cheap
+ * output pass, else NULL: softmax's division by reciprocal (recip_check)
+ * and exp_input's exp by fj_cg_exp_nonpos, both where the region has
+ * both. */
 static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVMValueRef *ridx, int nk,
                                LLVMValueRef row, LLVMValueRef count, const rowcache *rc)
 {
@@ -749,6 +772,10 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 	LLVMValueRef rmin = recip_var(h, &mi), recip_ok = NULL;
 	if (rmin)
 		fj_cg_set(cg, rmin, fj_cg_i32(cg, INT32_MAX));
+	const fj_node *en = exp_input(h);
+	LLVMValueRef emax = en ? fj_cg_var(cg, cg->t_i32, NULL, "expmax") : NULL;
+	if (emax)
+		fj_cg_set(cg, emax, fj_cg_i32(cg, INT32_MIN));
 	for (int ph = 0; ph < a->nphases; ph++) {
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph)
@@ -776,7 +803,12 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 			bool arg = accs[i].kind == FJ_RG_RED_ARGMAX || accs[i].kind == FJ_RG_RED_ARGMIN;
 			kb_step(h, &kb, accs, i, x, arg ? fj_rh_kpos(h, idx) : NULL);
 		}
-			fj_rg_scope_pop(r);
+		if (emax && ph == 0) {
+			LLVMValueRef x = fj_rg_eval(r, en->opnds[0], &p);
+			LLVMValueRef args[2] = {fj_cg_get(cg, emax, cg->t_i32), LLVMBuildBitCast(BB, x, cg->t_i32, "")};
+			fj_cg_set(cg, emax, fj_cg_intrinsic(cg, "llvm.smax", args, 2));
+		}
+		fj_rg_scope_pop(r);
 		kblock_end(h, &kb, accs);
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph) {
@@ -784,6 +816,10 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 				if (i == mi) /* decided here: only an i1 stays live through the later passes */
 					recip_ok = recip_check(h, rmin);
 			}
+	}
+	if (emax) {
+		LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLE, fj_cg_get(cg, emax, cg->t_i32), fj_cg_i32(cg, 0), "");
+		recip_ok = recip_ok ? LLVMBuildAnd(BB, recip_ok, ok, "") : ok;
 	}
 	/* R-sized outputs */
 	if (fj_rh_has_outputs(h, OUT_R)) {
@@ -802,7 +838,8 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
  * divisions (a -inf in the row, or weights that small). The weights' min
  * costs the sum's pass one vpminsd per vector (recip_var); in llvm-mca on
  * Zen 4 the output loop takes 3 instead of 6 cycles per 16 floats with
- * AVX-512, 2 instead of 3 per 8 with AVX2. */
+ * AVX-512, 2 instead of 3 per 8 with AVX2. exp_input's exp goes the same
+ * way. */
 static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueRef count, const rowcache *rc,
                        const ntplan *nt)
 {
@@ -819,9 +856,11 @@ static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueR
 		if (recip_ok) {
 			fj_cg_if c;
 			fj_cg_if_begin(h->cg, &c, recip_ok);
-			r->recip = true;
+			r->recip = recip_sum(h) >= 0;
+			r->exp_nonpos = exp_input(h);
 			d_outputs(h, rc, g, nt);
 			r->recip = false;
+			r->exp_nonpos = NULL;
 			fj_cg_if_else(h->cg, &c);
 			d_outputs(h, rc, g, nt);
 			fj_cg_if_end(h->cg, &c);
@@ -862,7 +901,7 @@ static void group_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, LLVMValueRe
  * row buffer nor softmax's reciprocal), else one at a time. */
 static int group_rows(hctx *h, const rowcache *rc)
 {
-	return h->part && !rc && recip_sum(h) < 0 ? GROUP : 1;
+	return h->part && !rc && recip_sum(h) < 0 && !exp_input(h) ? GROUP : 1;
 }
 
 static void row_loop(hctx *h, fj_rg_acc *accs, const rowspace *rs, const rowcache *rc, const ntplan *nt)

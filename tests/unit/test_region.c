@@ -578,17 +578,23 @@ END_TEST
 
 /* Runs the one-input graph src, which must hold a `sched` region, on the
  * host executor; out[] receives its outputs. */
-static void run_host(fj_context *ctx, const char *src, const char *sched, fj_rt_tensor *x, fj_rt_tensor *out)
+static void run_host_n(fj_context *ctx, const char *src, const char *sched, const fj_rt_tensor *const *inp,
+                       fj_rt_tensor *out)
 {
 	fj_module *m = NULL;
 	fj_graph *g = fuse_copy(ctx, src, &m, sched);
-	const fj_rt_tensor *inp[1] = {x};
 	fj_rt_program *p = NULL;
 	ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p) == FJ_OK, "%s", fj_context_error(ctx));
 	ck_assert_int_eq(fj_rt_program_bind(p, inp, NULL, NULL, 0), FJ_OK);
 	ck_assert_msg(fj_rt_program_run(p, inp, out) == FJ_OK, "%s", fj_context_error(ctx));
 	fj_rt_program_destroy(p);
 	fj_module_destroy(m);
+}
+
+static void run_host(fj_context *ctx, const char *src, const char *sched, fj_rt_tensor *x, fj_rt_tensor *out)
+{
+	const fj_rt_tensor *inp[1] = {x};
+	run_host_n(ctx, src, sched, inp, out);
 }
 
 /* exp(x - max(x)) (softmax's shift, at most 0 or NaN) takes the cheaper
@@ -710,6 +716,77 @@ START_TEST(softmax_recip_bits)
 }
 END_TEST
 
+/* An exp of a row kernel's input (log_softmax's backward: g - exp(y) sum(g))
+ * takes the cheaper exp in rows whose y are all <= 0 (exp_input in
+ * region_host_inner.c): exp(y), an output, must have the bits of the
+ * general exp (a pointwise kernel of its own) in every row, and g - exp(y)
+ * s those of its float arithmetic, s the kernel's sum (an output). Shapes:
+ * [2048,4096] f32 streams its outputs; [64,4099] leaves a remainder. Rows,
+ * by row % 6: y in [-110, 0] (denormal results); in [-10, 10]; <= 0 with
+ * -0, +0 and -inf; <= 0 with a NaN whose sign is set; <= 0 with a NaN
+ * whose sign is clear; <= 0 with +inf and the smallest denormal above 0. */
+START_TEST(exp_input_bits)
+{
+	static const int64_t shapes[][2] = {{2048, 4096}, {64, 4099}};
+	fj_context *ctx = region_context();
+	for (size_t k = 0; k < FJ_ARRAY_LEN(shapes); k++) {
+		int64_t R = shapes[k][0], C = shapes[k][1];
+		fj_rt_tensor g = {0}, y = {0}, outs[3] = {{0}}, e = {0};
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &g, FJ_DT_F32, 2, shapes[k]), FJ_OK);
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &y, FJ_DT_F32, 2, shapes[k]), FJ_OK);
+		float *gv = g.data, *yv = y.data;
+		uint64_t s = 4242;
+		for (int64_t i = 0; i < R * C; i++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			double u = (double)(s >> 11) / 9007199254740992.0;
+			gv[i] = (float)(2 * u - 1);
+			yv[i] = (float)((i / C) % 6 == 1 ? 20 * u - 10 : -110 * u);
+		}
+		for (int64_t r = 0; r < R; r++) {
+			float *row = yv + r * C;
+			switch (r % 6) {
+			case 2: row[5] = -0.0f, row[C / 2] = 0.0f, row[C - 1] = -INFINITY; break;
+			case 3: row[C / 3] = -NAN; break;
+			case 4: row[C / 3] = NAN; break;
+			case 5: row[7] = INFINITY, row[C - 2] = 0x1p-149f; break;
+			}
+		}
+		char src[1024], esrc[256];
+		snprintf(src, sizeof src,
+		         "graph @f(%%g: f32[%lld,%lld], %%y: f32[%lld,%lld]) {\n  %%s = prims.sum(%%g) {dims=[1]}\n"
+		         "  %%sb = prims.broadcast_in_dim(%%s) {shape=[%lld,%lld], broadcast_dims=[0]}\n"
+		         "  %%e = prims.exp(%%y)\n  %%p = prims.mul(%%e, %%sb)\n  %%d = prims.sub(%%g, %%p)\n"
+		         "  return %%d, %%e, %%s\n}\n",
+		         (long long)R, (long long)C, (long long)R, (long long)C, (long long)R, (long long)C);
+		snprintf(esrc, sizeof esrc, "graph @f(%%y: f32[%lld,%lld]) {\n  %%e = prims.exp(%%y)\n  return %%e\n}\n",
+		         (long long)R, (long long)C);
+		const fj_rt_tensor *inp[2] = {&g, &y};
+		run_host_n(ctx, src, "persistent_inner", inp, outs);
+		run_host(ctx, esrc, "pointwise", &y, &e);
+		const float *d = outs[0].data, *ek = outs[1].data, *sum = outs[2].data, *ev = e.data;
+		for (int64_t i = 0; i < R * C; i++) {
+			float want = gv[i] - ev[i] * sum[i / C];
+			uint32_t a, b, c, w;
+			memcpy(&a, &ek[i], 4);
+			memcpy(&b, &ev[i], 4);
+			memcpy(&c, &d[i], 4);
+			memcpy(&w, &want, 4);
+			ck_assert_msg(a == b || (isnan(ek[i]) && isnan(ev[i])), "[%lld,%lld] row %d: exp(%a) = %a, got %a",
+			              (long long)R, (long long)C, (int)(i / C), (double)yv[i], (double)ev[i], (double)ek[i]);
+			ck_assert_msg(c == w || (isnan(d[i]) && isnan(want)), "[%lld,%lld] row %d: %a - %a * %a = %a, got %a",
+			              (long long)R, (long long)C, (int)(i / C), (double)gv[i], (double)ev[i],
+			              (double)sum[i / C], (double)want, (double)d[i]);
+		}
+		fj_rt_tensor_free(&g);
+		fj_rt_tensor_free(&y);
+		for (int j = 0; j < 3; j++)
+			fj_rt_tensor_free(&outs[j]);
+		fj_rt_tensor_free(&e);
+	}
+	fj_context_destroy(ctx);
+}
+END_TEST
+
 Suite *suite_region(void)
 {
 	Suite *s = suite_create("region");
@@ -733,6 +810,7 @@ Suite *suite_region(void)
 	tcase_add_test(tc, poly_accuracy);
 	tcase_add_test(tc, exp_nonpos_bits);
 	tcase_add_test(tc, softmax_recip_bits);
+	tcase_add_test(tc, exp_input_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }
