@@ -742,10 +742,13 @@ static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin)
  * 0. So the first reduction pass reads the operand too and keeps the max
  * of its bits (one vpmaxsd per vector: as an i32, the bits of a float <= +0
  * or of a NaN with its sign set are <= 0, those of anything above +0 are
- * not), and rows where it is <= 0 take an output pass with the cheap exp. */
+ * not), and rows where it is <= 0 take an output pass with the cheap exp.
+ * Only kernels with that pass (D-sized outputs or column partials). */
 static const fj_node *exp_input(hctx *h)
 {
 	const fj_graph *b = h->body;
+	if (!fj_rh_has_outputs(h, OUT_D) && !h->part)
+		return NULL;
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		const fj_value *x = n->op == FJ_OP_PRIMS_EXP ? &b->values[n->opnds[0]] : NULL;
@@ -769,7 +772,7 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 	const fj_rg_analysis *a = h->a;
 	int dr = a->dom->rank;
 	int mi = -1;
-	LLVMValueRef rmin = recip_var(h, &mi), recip_ok = NULL;
+	LLVMValueRef rmin = recip_var(h, &mi), cheap = NULL;
 	if (rmin)
 		fj_cg_set(cg, rmin, fj_cg_i32(cg, INT32_MAX));
 	const fj_node *en = exp_input(h);
@@ -814,12 +817,12 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 			if (a->red_phase[i] == ph) {
 				fj_rg_acc_finish(r, &accs[i], count);
 				if (i == mi) /* decided here: only an i1 stays live through the later passes */
-					recip_ok = recip_check(h, rmin);
+					cheap = recip_check(h, rmin);
 			}
 	}
 	if (emax) {
 		LLVMValueRef ok = LLVMBuildICmp(BB, LLVMIntSLE, fj_cg_get(cg, emax, cg->t_i32), fj_cg_i32(cg, 0), "");
-		recip_ok = recip_ok ? LLVMBuildAnd(BB, recip_ok, ok, "") : ok;
+		cheap = cheap ? LLVMBuildAnd(BB, cheap, ok, "") : ok;
 	}
 	/* R-sized outputs */
 	if (fj_rh_has_outputs(h, OUT_R)) {
@@ -828,7 +831,7 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 		pr.lin = row;
 		fj_rh_store_outputs(h, OUT_R, &pr);
 	}
-	return recip_ok;
+	return cheap;
 }
 
 /* The rows of group g: each row's reduction passes, then the outputs. A
@@ -844,18 +847,18 @@ static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueR
                        const ntplan *nt)
 {
 	fj_rg *r = &h->r;
-	LLVMValueRef recip_ok = NULL;
+	LLVMValueRef cheap = NULL;
 	fj_rg_scope_push(r);
 	for (int j = 0; j < g->n; j++) {
-		recip_ok = row_reduce(h, accs, g->idx[j], g->ridx[j], nk, g->row[j], count, rc);
+		cheap = row_reduce(h, accs, g->idx[j], g->ridx[j], nk, g->row[j], count, rc);
 		if (g->n > 1)
 			group_results(h, g, j, true);
 	}
-	FJ_ASSERT(g->n == 1 || (!rc && !recip_ok));
+	FJ_ASSERT(g->n == 1 || (!rc && !cheap));
 	if (fj_rh_has_outputs(h, OUT_D) || h->part) {
-		if (recip_ok) {
+		if (cheap) {
 			fj_cg_if c;
-			fj_cg_if_begin(h->cg, &c, recip_ok);
+			fj_cg_if_begin(h->cg, &c, cheap);
 			r->recip = recip_sum(h) >= 0;
 			r->exp_nonpos = exp_input(h);
 			d_outputs(h, rc, g, nt);
