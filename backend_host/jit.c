@@ -351,6 +351,8 @@ static fj_status verify_and_optimise(const fj_host_jit *j, fj_context *ctx, LLVM
 	if (e)
 		return llvm_err(ctx, e, "running default<O3>");
 	fj_cg_stream_stores(mod);
+	if (strstr(j->features, "+avx512f"))
+		fj_cg_poly_scalef(mod, strstr(j->features, "+avx512vl") != NULL);
 	return FJ_OK;
 }
 

@@ -283,6 +283,11 @@ LLVMValueRef fj_cg_poly_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
 /* Its exp for an x known to be <= 0 or NaN (fj_cg_target's
  * region_exp_nonpos); NULL unless x is f32. */
 LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x);
+/* After optimisation, for a host with AVX-512: the polynomial exp's
+ * vectorised scaling by 2^n (two multiplies by powers of 2 made with
+ * integer ops) becomes one vscalefps, the same bits; on 8- and 4-float
+ * vectors too when vl (AVX512VL). */
+void fj_cg_poly_scalef(LLVMModuleRef mod, bool vl);
 
 /* ---- kernels ---- */
 typedef struct fj_cg_operand {

@@ -8,9 +8,9 @@
  * wide ranges, measured against double precision (tests/unit/test_region.c
  * reports them):
  *   exp, exp2   Cody-Waite reduction by ln2 (n from a shifter sum), a degree-6
- *               polynomial, scaled by 2^n in two steps (denormal results) -- ~1 ulp;
- *               exp of an argument <= 0 (fj_cg_poly_exp_nonpos) the same bits
- *               in fewer ops
+ *               polynomial, scaled by 2^n in two steps (denormal results), one
+ *               vscalefps with AVX-512 (fj_cg_poly_scalef) -- ~1 ulp; exp of an
+ *               argument <= 0 (fj_cg_poly_exp_nonpos) the same bits in fewer ops
  *   expm1       Cephes expm1f polynomial on [-0.5, 0.5], exp(x) - 1 outside -- ~1.5 ulp
  *   log, log2, log10   Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9) -- ~1 ulp
  *   log1p       log(1 + x) * x / ((1 + x) - 1) (Goldberg's trick) -- ~2 ulp
@@ -25,6 +25,7 @@
  * return NULL: the target's libm is used.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen/cg.h"
@@ -141,6 +142,123 @@ static V scale2(pm *p, V x, V t)
 	V s1 = LLVMBuildBitCast(B, LLVMBuildAdd(B, hb, icst(p, 0x3f800000), ""), p->ty, "");
 	V s2 = LLVMBuildBitCast(B, LLVMBuildAdd(B, LLVMBuildSub(B, nb, hb, ""), icst(p, 0x3f800000), ""), p->ty, "");
 	return mul(p, mul(p, x, s1), s2);
+}
+
+/* ---- scale2 by vscalefps (AVX-512) ----
+ * After optimisation, scale2's vectorised form is, with nb = t << 23 (the
+ * integer of t shifted left by 23) and C = 0x3f800000:
+ *   hb = (nb >>a 1) & 0xff800000,  s1 = bits(hb + C),  s2 = bits((nb + C) - hb),
+ *   r  = (x * s1) * s2
+ * With AVX-512 that is vscalefps(x, n), n = nb >>a 23 as a float: x 2^n
+ * rounded once, denormal, 0 or inf where it must be (MXCSR's rounding and
+ * flush-to-zero, as the two multiplies), NaN for a NaN x: the same bits in
+ * four ops instead of eight. Zen 4, [8192,4096] f32, best of 3-5
+ * alternating runs: tanh gelu forward 11.3 -> 10.1 ms on 1 thread (6.3 ->
+ * 5.5 on 2), its training 31.2 -> 28.5 (17.2 -> 15.9); silu forward 9.2 ->
+ * 9.0, its training 23.2 -> 22.2. The pattern is scale2's alone (no other
+ * code makes it), and n is within [-151, 129] there, where s1 and s2 are
+ * normal. */
+
+static bool op_is(LLVMValueRef v, LLVMOpcode op)
+{
+	return v && LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == op;
+}
+
+static bool splat_i32(LLVMValueRef v, int32_t want)
+{
+	LLVMTypeRef ty = LLVMTypeOf(v);
+	if (!LLVMIsConstant(v) || LLVMGetTypeKind(ty) != LLVMVectorTypeKind)
+		return false;
+	for (unsigned i = 0; i < LLVMGetVectorSize(ty); i++) {
+		LLVMValueRef e = LLVMGetAggregateElement(v, i);
+		if (!e || !LLVMIsAConstantInt(e) || LLVMConstIntGetSExtValue(e) != want)
+			return false;
+	}
+	return true;
+}
+
+/* v = bitcast(a) from an integer vector: a, else NULL */
+static LLVMValueRef bits_of(LLVMValueRef v)
+{
+	return op_is(v, LLVMBitCast) ? LLVMGetOperand(v, 0) : NULL;
+}
+
+/* v = a + c, c a splat of want: a, else NULL */
+static LLVMValueRef add_splat(LLVMValueRef v, int32_t want)
+{
+	return op_is(v, LLVMAdd) && splat_i32(LLVMGetOperand(v, 1), want) ? LLVMGetOperand(v, 0) : NULL;
+}
+
+/* s2's bits (nb + C) - hb with hb = (nb >>a 1) & 0xff800000, nb = X << 23:
+ * sets *hb, returns nb; else NULL */
+static LLVMValueRef s2_nb(LLVMValueRef v, LLVMValueRef *hb)
+{
+	if (!op_is(v, LLVMSub))
+		return NULL;
+	LLVMValueRef nb = add_splat(LLVMGetOperand(v, 0), 0x3f800000), h = LLVMGetOperand(v, 1);
+	if (!nb || !op_is(nb, LLVMShl) || !splat_i32(LLVMGetOperand(nb, 1), 23) || !op_is(h, LLVMAnd) ||
+	    !splat_i32(LLVMGetOperand(h, 1), (int32_t)0xff800000))
+		return NULL;
+	LLVMValueRef a = LLVMGetOperand(h, 0);
+	if (!op_is(a, LLVMAShr) || LLVMGetOperand(a, 0) != nb || !splat_i32(LLVMGetOperand(a, 1), 1))
+		return NULL;
+	*hb = h;
+	return nb;
+}
+
+/* r = (x * s1) * s2, either way round: sets *x, returns nb; else NULL */
+static LLVMValueRef scale2_match(LLVMValueRef r, LLVMValueRef *x)
+{
+	for (int k = 0; k < 2; k++) {
+		LLVMValueRef hb, nb = s2_nb(bits_of(LLVMGetOperand(r, k)), &hb);
+		LLVMValueRef m = LLVMGetOperand(r, 1 - k);
+		if (!nb || !op_is(m, LLVMFMul))
+			continue;
+		for (int j = 0; j < 2; j++)
+			if (add_splat(bits_of(LLVMGetOperand(m, j)), 0x3f800000) == hb) {
+				*x = LLVMGetOperand(m, 1 - j);
+				return nb;
+			}
+	}
+	return NULL;
+}
+
+void fj_cg_poly_scalef(LLVMModuleRef mod, bool vl)
+{
+	LLVMContextRef llctx = LLVMGetModuleContext(mod);
+	LLVMBuilderRef b = LLVMCreateBuilderInContext(llctx);
+	LLVMTypeRef i32 = LLVMInt32TypeInContext(llctx);
+	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+		for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+			for (LLVMValueRef i = LLVMGetFirstInstruction(bb), next; i; i = next) {
+				next = LLVMGetNextInstruction(i);
+				LLVMTypeRef ty = LLVMTypeOf(i);
+				if (!op_is(i, LLVMFMul) || LLVMGetTypeKind(ty) != LLVMVectorTypeKind ||
+				    LLVMGetElementType(ty) != LLVMFloatTypeInContext(llctx))
+					continue;
+				unsigned w = LLVMGetVectorSize(ty);
+				if (w != 16 && !(vl && (w == 8 || w == 4)))
+					continue;
+				LLVMValueRef x, nb = scale2_match(i, &x);
+				if (!nb)
+					continue;
+				char name[48];
+				snprintf(name, sizeof name, "llvm.x86.avx512.mask.scalef.ps.%u", w * 32);
+				unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+				LLVMValueRef fn = LLVMGetIntrinsicDeclaration(mod, id, NULL, 0);
+				LLVMPositionBuilderBefore(b, i);
+				LLVMValueRef k23[16];
+				for (unsigned e = 0; e < w; e++)
+					k23[e] = LLVMConstInt(i32, 23, 0);
+				LLVMValueRef n = LLVMBuildSIToFP(b, LLVMBuildAShr(b, nb, LLVMConstVector(k23, w), ""), ty, "");
+				LLVMTypeRef mty = LLVMIntTypeInContext(llctx, w == 16 ? 16 : 8);
+				LLVMValueRef args[5] = {x, n, LLVMConstNull(ty), LLVMConstAllOnes(mty),
+				                        LLVMConstInt(i32, 4, 0) /* the current rounding */};
+				LLVMValueRef s = LLVMBuildCall2(b, LLVMIntrinsicGetType(llctx, id, NULL, 0), fn, args, w == 16 ? 5 : 4, "");
+				LLVMReplaceAllUsesWith(i, s);
+				LLVMInstructionEraseFromParent(i);
+			}
+	LLVMDisposeBuilder(b);
 }
 
 /* e^r for |r| <= ln2/2 (+ rounding): 1 + r + r^2 P(r), P of degree 4

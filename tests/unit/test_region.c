@@ -787,6 +787,89 @@ START_TEST(exp_input_bits)
 }
 END_TEST
 
+/* With AVX-512 the polynomial exp's scaling by 2^n is one vscalefps
+ * (fj_cg_poly_scalef); its results must keep the bits of the two multiplies
+ * that host_target=avx2 still makes. exp, exp2 and expm1 on every 61st
+ * float bit pattern (70 million, both signs, NaN and inf among them) and on
+ * every float in the ranges where the results are denormal or overflow. A
+ * CPU without AVX-512 has nothing to compare: the test says so and passes. */
+START_TEST(exp_scalef_bits)
+{
+	if (!__builtin_cpu_supports("avx512f")) {
+		fprintf(stderr, "exp_scalef_bits: skipped, this CPU has no AVX-512\n");
+		return;
+	}
+	enum { N = 1 << 22 };
+	static const char *const ops[] = {"exp", "exp2", "expm1"};
+	static const float edges[][2] = {{-104.5f, -86.5f}, {87.5f, 89.5f}, {-151.5f, -125.5f}, {127.5f, 129.5f}};
+	fj_context *ctx[2] = {region_context(), region_context()};
+	ck_assert_int_eq(fj_context_set_option(ctx[1], "host_target", "avx2"), FJ_OK);
+	int64_t n = N;
+	fj_rt_tensor x = {0};
+	ck_assert_int_eq(fj_rt_tensor_alloc(ctx[0], &x, FJ_DT_F32, 1, &n), FJ_OK);
+	uint32_t *xb = x.data;
+	for (size_t o = 0; o < FJ_ARRAY_LEN(ops); o++) {
+		char src[160];
+		snprintf(src, sizeof src, "graph @f(%%x: f32[%d]) {\n  %%y = prims.%s(%%x)\n  return %%y\n}\n", N, ops[o]);
+		fj_module *m[2] = {NULL, NULL};
+		fj_rt_program *p[2] = {NULL, NULL};
+		const fj_rt_tensor *inp[1] = {&x};
+		for (int k = 0; k < 2; k++) {
+			fj_graph *g = fuse_copy(ctx[k], src, &m[k], "pointwise");
+			ck_assert_msg(fj_rt_program_create(ctx[k], g, FJ_RT_EXEC_HOST, &p[k]) == FJ_OK, "%s",
+			              fj_context_error(ctx[k]));
+			ck_assert_int_eq(fj_rt_program_bind(p[k], inp, NULL, NULL, 0), FJ_OK);
+		}
+		/* chunks of N inputs: the strided sweep, then the edges */
+		uint64_t next = 0;
+		size_t edge = 0;
+		float ef = edges[0][0];
+		for (bool more = true; more;) {
+			int64_t len = 0;
+			for (; len < N && next < (1ull << 32); next += 61)
+				xb[len++] = (uint32_t)next;
+			while (len < N && next >= (1ull << 32) && edge < FJ_ARRAY_LEN(edges)) {
+				memcpy(&xb[len++], &ef, 4);
+				ef = nextafterf(ef, INFINITY);
+				if (ef > edges[edge][1] && ++edge < FJ_ARRAY_LEN(edges))
+					ef = edges[edge][0];
+			}
+			more = len == N;
+			for (int64_t i = len; i < N; i++)
+				xb[i] = 0;
+			fj_rt_tensor y[2] = {{0}, {0}};
+			for (int k = 0; k < 2; k++)
+				ck_assert_msg(fj_rt_program_run(p[k], inp, &y[k]) == FJ_OK, "%s", fj_context_error(ctx[k]));
+			const uint32_t *a = y[0].data, *b = y[1].data;
+			int64_t bad = -1;
+			for (int64_t i = 0; i < len && bad < 0; i++) {
+				float fa, fb;
+				memcpy(&fa, &a[i], 4);
+				memcpy(&fb, &b[i], 4);
+				if (a[i] != b[i] && !(isnan(fa) && isnan(fb)))
+					bad = i;
+			}
+			if (bad >= 0) {
+				float fa, fb, fx;
+				memcpy(&fa, &a[bad], 4);
+				memcpy(&fb, &b[bad], 4);
+				memcpy(&fx, &xb[bad], 4);
+				ck_abort_msg("%s(%a): %a with vscalefps, %a without", ops[o], (double)fx, (double)fa, (double)fb);
+			}
+			for (int k = 0; k < 2; k++)
+				fj_rt_tensor_free(&y[k]);
+		}
+		for (int k = 0; k < 2; k++) {
+			fj_rt_program_destroy(p[k]);
+			fj_module_destroy(m[k]);
+		}
+	}
+	fj_rt_tensor_free(&x);
+	for (int k = 0; k < 2; k++)
+		fj_context_destroy(ctx[k]);
+}
+END_TEST
+
 Suite *suite_region(void)
 {
 	Suite *s = suite_create("region");
@@ -811,6 +894,7 @@ Suite *suite_region(void)
 	tcase_add_test(tc, exp_nonpos_bits);
 	tcase_add_test(tc, softmax_recip_bits);
 	tcase_add_test(tc, exp_input_bits);
+	tcase_add_test(tc, exp_scalef_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }
