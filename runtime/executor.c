@@ -155,9 +155,10 @@ static fj_status program_bench(void *prog, const fj_rt_tensor *const *inputs, fj
 	reps = reps < 5 ? 5 : reps > 1000 ? 1000 : reps;
 	if (want > 0)
 		reps = want > 1000 ? 1000 : want;
-	double *times = malloc(2 * (size_t)reps * sizeof *times), *ctimes = times + reps;
+	double *times = malloc(2 * (size_t)reps * sizeof *times);
 	if (!times)
 		return oom(ctx);
+	double *ctimes = times + reps;
 	copy_base cb;
 	st = copy_begin(&cb, ctx, br->bytes);
 	if (st != FJ_OK) {
