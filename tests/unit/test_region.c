@@ -597,6 +597,12 @@ static void run_host(fj_context *ctx, const char *src, const char *sched, fj_rt_
 	run_host_n(ctx, src, sched, inp, out);
 }
 
+/* Are a and b the same bits, or both NaN (whatever their payloads)? */
+static bool same_bits(float a, float b)
+{
+	return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
+}
+
 /* exp(x - max(x)) (softmax's shift, at most 0 or NaN) takes the cheaper
  * exp (fj_cg_poly_exp_nonpos); its bits must be the general exp's on the
  * same differences: 4M of them spread over [-110, 0], a third of the rows
@@ -610,10 +616,8 @@ START_TEST(exp_nonpos_bits)
 	fj_rt_tensor x = {0}, d[2] = {{0}}, e = {0};
 	ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, dims), FJ_OK);
 	float *xv = x.data;
-	uint64_t s = 12345;
 	for (int64_t i = 0; i < (int64_t)R * C; i++) {
-		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		double u = (double)(s >> 11) / 9007199254740992.0;
+		double u = urand();
 		/* a third of the rows in the denormal results' range */
 		xv[i] = (float)((i / C) % 3 == 0 ? -87.0 - 17.5 * u : -110.0 * u);
 	}
@@ -634,14 +638,12 @@ START_TEST(exp_nonpos_bits)
 	         "persistent_inner", &x, d);
 	run_host(ctx, "graph @f(%d: f32[1024,4099]) {\n  %y = prims.exp(%d)\n  return %y\n}\n", "pointwise", &d[1],
 	         &e);
-	const uint32_t *got = d[0].data, *want = e.data;
-	const float *dv = d[1].data;
+	const float *got = d[0].data, *want = e.data, *dv = d[1].data;
 	int64_t nonpos = 0;
 	for (int64_t i = 0; i < (int64_t)R * C; i++) {
-		float gf = ((const float *)d[0].data)[i], wf = ((const float *)e.data)[i];
 		nonpos += dv[i] <= 0;
-		ck_assert_msg(got[i] == want[i] || (isnan(gf) && isnan(wf)), "exp(%a): %a, general exp %a", (double)dv[i],
-		              (double)gf, (double)wf);
+		ck_assert_msg(same_bits(got[i], want[i]), "exp(%a): %a, general exp %a", (double)dv[i], (double)got[i],
+		              (double)want[i]);
 	}
 	ck_assert_int_ge(nonpos, (int64_t)R * C - 2 * C - 1); /* the NaN rows and +inf aside */
 	fj_rt_tensor_free(&x);
@@ -669,13 +671,9 @@ START_TEST(softmax_recip_bits)
 		fj_rt_tensor x = {0}, ys[2] = {{0}}, e = {0};
 		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, shapes[k]), FJ_OK);
 		float *xv = x.data;
-		uint64_t s = 777;
 		static const double spread[] = {5, 40, 83.1, 200};
-		for (int64_t i = 0; i < R * C; i++) {
-			s = s * 6364136223846793005ull + 1442695040888963407ull;
-			double u = (double)(s >> 11) / 9007199254740992.0;
-			xv[i] = (float)(spread[(i / C) % 4] * (u - 0.5));
-		}
+		for (int64_t i = 0; i < R * C; i++)
+			xv[i] = (float)(spread[(i / C) % 4] * (urand() - 0.5));
 		for (int64_t c = 0; c < C; c += 3)
 			xv[4 * C + c] = -INFINITY;
 		xv[7 * C + 100] = NAN;
@@ -698,11 +696,8 @@ START_TEST(softmax_recip_bits)
 		int64_t tiny = 0;
 		for (int64_t i = 0; i < R * C; i++) {
 			float want = ev[i] / sum[i / C];
-			uint32_t a, b;
-			memcpy(&a, &y[i], 4);
-			memcpy(&b, &want, 4);
 			tiny += ev[i] > 0 && ev[i] < 0x1p-60f;
-			ck_assert_msg(a == b || (isnan(y[i]) && isnan(want)), "[%lld,%lld] row %d: %a / %a = %a, got %a",
+			ck_assert_msg(same_bits(y[i], want), "[%lld,%lld] row %d: %a / %a = %a, got %a",
 			              (long long)R, (long long)C, (int)(i / C), (double)ev[i], (double)sum[i / C],
 			              (double)want, (double)y[i]);
 		}
@@ -735,11 +730,9 @@ START_TEST(exp_input_bits)
 		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &g, FJ_DT_F32, 2, shapes[k]), FJ_OK);
 		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &y, FJ_DT_F32, 2, shapes[k]), FJ_OK);
 		float *gv = g.data, *yv = y.data;
-		uint64_t s = 4242;
 		for (int64_t i = 0; i < R * C; i++) {
-			s = s * 6364136223846793005ull + 1442695040888963407ull;
-			double u = (double)(s >> 11) / 9007199254740992.0;
-			gv[i] = (float)(2 * u - 1);
+			double u = urand();
+			gv[i] = (float)(2 * urand() - 1);
 			yv[i] = (float)((i / C) % 6 == 1 ? 20 * u - 10 : -110 * u);
 		}
 		for (int64_t r = 0; r < R; r++) {
@@ -766,14 +759,9 @@ START_TEST(exp_input_bits)
 		const float *d = outs[0].data, *ek = outs[1].data, *sum = outs[2].data, *ev = e.data;
 		for (int64_t i = 0; i < R * C; i++) {
 			float want = gv[i] - ev[i] * sum[i / C];
-			uint32_t a, b, c, w;
-			memcpy(&a, &ek[i], 4);
-			memcpy(&b, &ev[i], 4);
-			memcpy(&c, &d[i], 4);
-			memcpy(&w, &want, 4);
-			ck_assert_msg(a == b || (isnan(ek[i]) && isnan(ev[i])), "[%lld,%lld] row %d: exp(%a) = %a, got %a",
+			ck_assert_msg(same_bits(ek[i], ev[i]), "[%lld,%lld] row %d: exp(%a) = %a, got %a",
 			              (long long)R, (long long)C, (int)(i / C), (double)yv[i], (double)ev[i], (double)ek[i]);
-			ck_assert_msg(c == w || (isnan(d[i]) && isnan(want)), "[%lld,%lld] row %d: %a - %a * %a = %a, got %a",
+			ck_assert_msg(same_bits(d[i], want), "[%lld,%lld] row %d: %a - %a * %a = %a, got %a",
 			              (long long)R, (long long)C, (int)(i / C), (double)gv[i], (double)ev[i],
 			              (double)sum[i / C], (double)want, (double)d[i]);
 		}
@@ -840,22 +828,13 @@ START_TEST(exp_scalef_bits)
 			fj_rt_tensor y[2] = {{0}, {0}};
 			for (int k = 0; k < 2; k++)
 				ck_assert_msg(fj_rt_program_run(p[k], inp, &y[k]) == FJ_OK, "%s", fj_context_error(ctx[k]));
-			const uint32_t *a = y[0].data, *b = y[1].data;
-			int64_t bad = -1;
-			for (int64_t i = 0; i < len && bad < 0; i++) {
-				float fa, fb;
-				memcpy(&fa, &a[i], 4);
-				memcpy(&fb, &b[i], 4);
-				if (a[i] != b[i] && !(isnan(fa) && isnan(fb)))
-					bad = i;
-			}
-			if (bad >= 0) {
-				float fa, fb, fx;
-				memcpy(&fa, &a[bad], 4);
-				memcpy(&fb, &b[bad], 4);
-				memcpy(&fx, &xb[bad], 4);
-				ck_abort_msg("%s(%a): %a with vscalefps, %a without", ops[o], (double)fx, (double)fa, (double)fb);
-			}
+			const float *a = y[0].data, *b = y[1].data, *xf = x.data;
+			int64_t bad = 0;
+			while (bad < len && same_bits(a[bad], b[bad]))
+				bad++;
+			if (bad < len)
+				ck_abort_msg("%s(%a): %a with vscalefps, %a without", ops[o], (double)xf[bad], (double)a[bad],
+				             (double)b[bad]);
 			for (int k = 0; k < 2; k++)
 				fj_rt_tensor_free(&y[k]);
 		}
