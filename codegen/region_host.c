@@ -17,7 +17,8 @@
  *       of the output (parallel; indices split once per row) and a unit-
  *       stride inner loop over its last dim. No intermediate buffer.
  *       The flat loop streams large outputs with non-temporal stores
- *       where the target says so (host_stream; stream_split).
+ *       where the target says so (host_stream; stream_split), and over
+ *       large inputs runs in blocks that prefetch the inputs ahead.
  *   reduction_inner / persistent_inner (K holds D's innermost dim)
  *       parallel over rows (points of R); per row, one loop nest over K per
  *       phase of reductions (softmax: max, then sum), the unit-stride inner
