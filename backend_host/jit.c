@@ -174,6 +174,7 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 	 * kernels, which stream, reached 0.84-1.09. */
 	j->target.stream_pointwise =
 		s->host_stream == FJ_HOST_STREAM_AUTO ? x86_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
+	j->target.matmul_flush = x86_cpu();
 	return FJ_OK;
 }
 
