@@ -214,6 +214,12 @@ static void plan(mm *m)
 	m->nr = m->nrv * m->w;
 	m->mc = 8 * m->mr;
 	m->nc = 8 * m->nr;
+	const fj_cg_target *tg = cg->target;
+	if (bits == 512 && tg->matmul_kc > 0) { /* backend_host/jit.c measures it */
+		m->kc = tg->matmul_kc;
+		m->mc = tg->matmul_mc_panels * m->mr;
+		m->nc = tg->matmul_nc_panels * m->nr;
+	}
 	/* N cut into tiles of equal width (a multiple of NR) where N is known:
 	 * the runtime shares the tiles out by count, and a last N-tile of 256
 	 * beside full ones of 512 (N = 768 with AVX-512) gave one thread of two
