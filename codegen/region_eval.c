@@ -2,6 +2,7 @@
  * body value at a point, a recursive descent over the defining nodes,
  * memoised per (value, point) in scopes; begin/end, points and stores.
  * region.c's opening comment describes it. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -453,6 +454,53 @@ static LLVMValueRef recip_div(fj_rg *r, LLVMValueRef e, LLVMValueRef s)
 	return fj_cg_intrinsic(cg, "llvm.fma", qa, 3);
 }
 
+/* The value of v when it is a constant (a literal or a prims.full). */
+static bool const_value(fj_rg *r, fj_vid v, double *out)
+{
+	const fj_value *x = &r->body->values[v];
+	if (x->kind == FJ_VK_LITERAL) {
+		const fj_literal *l = &x->lit;
+		*out = l->kind == FJ_LIT_FLOAT ? l->f : l->kind == FJ_LIT_INT ? (double)l->i : l->b;
+		return true;
+	}
+	const fj_node *d = def_node(r, v);
+	if (!d || d->op != FJ_OP_PRIMS_FULL)
+		return false;
+	const fj_attr *va = nattr(r, d, "value");
+	*out = va->kind == FJ_AK_INT ? (double)va->u.i : va->kind == FJ_AK_BOOL ? va->u.b : fj_attr_as_float(va);
+	return true;
+}
+
+/* Is v used only in sums c + v with a constant |c| >= 1 (the 1 + exp(z) of
+ * sigmoid, silu and the tanh gelu), and not a result? Then an exp giving v
+ * may take max(z, -87) for z: below -87 e^z < 2^-125, c + e^z rounds to c
+ * either way, and e^z never comes out denormal. An Intel core takes a
+ * microcode assist per denormal result: Sapphire Rapids, 2 threads, a
+ * [512,512] x [512,2048] linear with the tanh gelu as its epilogue, inputs
+ * uniform in [-1, 1) (about 1 gelu argument in 70 between 5.3 and 5.6,
+ * where e^z is denormal): 5.5 ms, against 3.7 with inputs a tenth as large;
+ * 3.3 without the gelu. */
+static bool plus_const_only(fj_rg *r, fj_vid v)
+{
+	const fj_graph *b = r->body;
+	for (uint32_t j = 0; j < b->nresults; j++)
+		if (b->results[j] == v)
+			return false;
+	uint32_t uses = 0;
+	for (uint32_t i = 0; i < b->nnodes; i++) {
+		const fj_node *n = &b->nodes[i];
+		for (uint32_t k = 0; k < n->nopnds; k++) {
+			if (n->opnds[k] != v)
+				continue;
+			double c;
+			if (n->op != FJ_OP_PRIMS_ADD || n->nopnds != 2 || !const_value(r, n->opnds[1 - k], &c) || !(fabs(c) >= 1))
+				return false;
+			uses++;
+		}
+	}
+	return uses > 0;
+}
+
 static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *p)
 {
 	fj_cg_scalar_fn fn = fj_cg_scalar_lowering(n->op);
@@ -480,6 +528,11 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 		} else {
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
+	}
+	if (n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] && plus_const_only(r, v)) {
+		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, -87.0, 0);
+		LLVMValueRef below = LLVMBuildFCmp(r->cg->b, LLVMRealOLT, args[0], lo, "");
+		args[0] = LLVMBuildSelect(r->cg->b, below, lo, args[0], "");
 	}
 	if (n->op == FJ_OP_PRIMS_EXP && (n == r->exp_nonpos || minus_row_max(r, n->opnds[0])))
 		return fj_cg_exp_nonpos(r->cg, args[0]); /* the same bits, cheaper */
