@@ -187,11 +187,11 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 	 * block of 128 keeps the B micro-panel (128 x 64 floats, 32 KiB) in a
 	 * 48 KiB L1, and tiles of 32 x 4 micro-panels (192 x 256) read it for 32
 	 * micro-kernels. Intel Xeon (Sapphire Rapids, whose VM reports itself as
-	 * rocketlake), fraction of the FMA peak, 1 and 2 threads: 1024^3 65 ->
-	 * 74 % and 68 -> 73 %, 1024 x 3072 x 768 63 -> 70 % and 64 -> 65 %, its
-	 * linear (A W^T) 64 -> 69 % and 62 -> 68 %, the weight gradient 3072 x
-	 * 1024 x 768 66 -> 67 % and 62 -> 69 %. The micro-kernel alone (B in L1)
-	 * reaches 86-89 % there. */
+	 * rocketlake), bench/matmul, fraction of the FMA peak on 1 and 2 threads:
+	 * 1024^3 63 -> 72 % and 65 -> 71 %, 1024 x 3072 x 768 61 -> 69 % and 65
+	 * -> 67 %, the linear 1024 x 768 x 3072 (A W^T) 64 -> 68 % and 64 -> 68 %,
+	 * the weight gradient 3072 x 1024 x 768 62 -> 69 % and 64 -> 66 %. The
+	 * micro-kernel alone (B in L1) reaches 86-89 % there. */
 	if (want == 512 && !amd_cpu(j->cpu)) {
 		j->target.matmul_kc = 128;
 		j->target.matmul_mc_panels = 32;
