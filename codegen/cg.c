@@ -159,6 +159,22 @@ static float round_bf16(float x)
 	return x;
 }
 
+fj_literal fj_cg_attr_literal(const fj_attr *a)
+{
+	fj_literal l = {0};
+	if (a->kind == FJ_AK_BOOL) {
+		l.kind = FJ_LIT_BOOL;
+		l.b = a->u.b;
+	} else if (a->kind == FJ_AK_INT) {
+		l.kind = FJ_LIT_INT;
+		l.i = a->u.i;
+	} else {
+		l.kind = FJ_LIT_FLOAT;
+		l.f = fj_attr_as_float(a);
+	}
+	return l;
+}
+
 LLVMValueRef fj_cg_literal(fj_cg *cg, const fj_literal *lit, fj_dtype to)
 {
 	if (fj_dtype_is_float(to)) {

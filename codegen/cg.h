@@ -139,6 +139,9 @@ LLVMValueRef fj_cg_const(fj_cg *cg, fj_dtype dt, double f, int64_t i);
 LLVMValueRef fj_cg_intrinsic(fj_cg *cg, const char *name, LLVMValueRef *args, unsigned nargs);
 /* A literal scalar converted to dtype `to`'s compute type (PyTorch rules). */
 LLVMValueRef fj_cg_literal(fj_cg *cg, const fj_literal *lit, fj_dtype to);
+/* The scalar an int, bool or float attribute holds (a full's or pad's
+ * `value`), as a literal. */
+fj_literal fj_cg_attr_literal(const fj_attr *a);
 /* Converts a compute value from dtype `from` to dtype `to` (PyTorch/C
  * semantics: float->int truncates, saturating; anything->bool is != 0). */
 LLVMValueRef fj_cg_convert(fj_cg *cg, LLVMValueRef v, fj_dtype from, fj_dtype to);

@@ -85,22 +85,6 @@ static int norm_dim(int64_t d, int rank)
 	return (int)d;
 }
 
-static fj_literal lit_of(const fj_attr *a)
-{
-	fj_literal l = {0};
-	if (a->kind == FJ_AK_BOOL) {
-		l.kind = FJ_LIT_BOOL;
-		l.b = a->u.b;
-	} else if (a->kind == FJ_AK_INT) {
-		l.kind = FJ_LIT_INT;
-		l.i = a->u.i;
-	} else {
-		l.kind = FJ_LIT_FLOAT;
-		l.f = fj_attr_as_float(a);
-	}
-	return l;
-}
-
 /* ---- cat: per operand, its contiguous blocks ---- */
 
 static fj_status emit_cat(fj_cg *cg, fj_cg_kernel *k)
@@ -274,12 +258,12 @@ fj_status fj_cg_emit_layout(fj_cg *cg, fj_cg_kernel *k)
 		l.mode = L_PAD;
 		for (int i = 0; i < ro; i++)
 			l.low[i] = i < (int)lo->n ? lo->u.items[i].u.i : 0;
-		fj_literal v = lit_of(attr(cg, n, "value"));
+		fj_literal v = fj_cg_attr_literal(attr(cg, n, "value"));
 		l.fill = fj_cg_literal(cg, &v, o->dtype);
 		break;
 	}
 	case FJ_OP_ATEN_FULL: case FJ_OP_PRIMS_FULL: case FJ_OP_ATEN_FULL_LIKE: case FJ_OP_ATEN_NEW_FULL: {
-		fj_literal v = lit_of(attr(cg, n, "value"));
+		fj_literal v = fj_cg_attr_literal(attr(cg, n, "value"));
 		l.mode = L_FILL;
 		l.fill = fj_cg_literal(cg, &v, o->dtype);
 		break;
@@ -296,7 +280,7 @@ fj_status fj_cg_emit_layout(fj_cg *cg, fj_cg_kernel *k)
 		l.mode = L_ARANGE;
 		l.acc = fj_dtype_is_float(o->dtype) ? FJ_DT_F64 : FJ_DT_I64;
 		if (n->op == FJ_OP_ATEN_ARANGE) {
-			fj_literal s = lit_of(attr(cg, n, "start")), st = lit_of(attr(cg, n, "step"));
+			fj_literal s = fj_cg_attr_literal(attr(cg, n, "start")), st = fj_cg_attr_literal(attr(cg, n, "step"));
 			l.start = fj_cg_literal(cg, &s, l.acc);
 			l.step = fj_cg_literal(cg, &st, l.acc);
 		} else {

@@ -49,24 +49,13 @@ static const fj_attr *attr_opt(fj_cg *cg, const fj_node *n, const char *name)
 	return fj_attr_is_none(a) ? NULL : a;
 }
 
-static fj_literal attr_lit(const fj_attr *a)
-{
-	fj_literal l = {0};
-	switch (a->kind) {
-	case FJ_AK_BOOL: l.kind = FJ_LIT_BOOL; l.b = a->u.b; l.i = a->u.b; l.f = a->u.b; break;
-	case FJ_AK_INT: l.kind = FJ_LIT_INT; l.i = a->u.i; l.f = (double)a->u.i; break;
-	default: l.kind = FJ_LIT_FLOAT; l.f = fj_attr_as_float(a); break;
-	}
-	return l;
-}
-
 /* Attribute `name` as a constant of dtype dt, or `dflt` when absent. */
 static V attr_val(fj_cg *cg, const fj_node *n, const char *name, fj_dtype dt, double dflt)
 {
 	const fj_attr *a = attr_opt(cg, n, name);
 	if (!a)
 		return fj_cg_const(cg, dt, dflt, (int64_t)dflt);
-	fj_literal l = attr_lit(a);
+	fj_literal l = fj_cg_attr_literal(a);
 	return fj_cg_literal(cg, &l, dt);
 }
 

@@ -458,16 +458,15 @@ static LLVMValueRef recip_div(fj_rg *r, LLVMValueRef e, LLVMValueRef s)
 static bool const_value(fj_rg *r, fj_vid v, double *out)
 {
 	const fj_value *x = &r->body->values[v];
-	if (x->kind == FJ_VK_LITERAL) {
-		const fj_literal *l = &x->lit;
-		*out = l->kind == FJ_LIT_FLOAT ? l->f : l->kind == FJ_LIT_INT ? (double)l->i : l->b;
-		return true;
-	}
 	const fj_node *d = def_node(r, v);
-	if (!d || d->op != FJ_OP_PRIMS_FULL)
+	fj_literal l;
+	if (x->kind == FJ_VK_LITERAL)
+		l = x->lit;
+	else if (d && d->op == FJ_OP_PRIMS_FULL)
+		l = fj_cg_attr_literal(nattr(r, d, "value"));
+	else
 		return false;
-	const fj_attr *va = nattr(r, d, "value");
-	*out = va->kind == FJ_AK_INT ? (double)va->u.i : va->kind == FJ_AK_BOOL ? va->u.b : fj_attr_as_float(va);
+	*out = l.kind == FJ_LIT_FLOAT ? l.f : l.kind == FJ_LIT_INT ? (double)l.i : l.b;
 	return true;
 }
 
@@ -703,18 +702,7 @@ static LLVMValueRef eval_pad(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *
 		idx[d] = clamp_index(r, i, r->vdim[a][d]);
 	}
 	LLVMValueRef x = eval_at_idx(r, a, idx);
-	const fj_attr *va = nattr(r, n, "value");
-	fj_literal lit = {0};
-	if (va->kind == FJ_AK_INT) {
-		lit.kind = FJ_LIT_INT;
-		lit.i = va->u.i;
-	} else if (va->kind == FJ_AK_BOOL) {
-		lit.kind = FJ_LIT_BOOL;
-		lit.b = va->u.b;
-	} else {
-		lit.kind = FJ_LIT_FLOAT;
-		lit.f = fj_attr_as_float(va);
-	}
+	fj_literal lit = fj_cg_attr_literal(nattr(r, n, "value"));
 	return sel(r, ok, x, fj_cg_literal(r->cg, &lit, vdt(r, v)));
 }
 
@@ -746,18 +734,7 @@ static LLVMValueRef eval_cat(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *
 
 static LLVMValueRef eval_full(fj_rg *r, const fj_node *n, fj_vid v)
 {
-	const fj_attr *va = nattr(r, n, "value");
-	fj_literal lit = {0};
-	if (va->kind == FJ_AK_INT) {
-		lit.kind = FJ_LIT_INT;
-		lit.i = va->u.i;
-	} else if (va->kind == FJ_AK_BOOL) {
-		lit.kind = FJ_LIT_BOOL;
-		lit.b = va->u.b;
-	} else {
-		lit.kind = FJ_LIT_FLOAT;
-		lit.f = fj_attr_as_float(va);
-	}
+	fj_literal lit = fj_cg_attr_literal(nattr(r, n, "value"));
 	return fj_cg_literal(r->cg, &lit, vdt(r, v));
 }
 

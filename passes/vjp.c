@@ -613,18 +613,6 @@ static fj_status vjp_take(fj_ad *a)
 	return set(a, 0, op(a, FJ_OP_PRIMS_INDEX_ADD, (fj_vid[]){cst(a, X0, 0.0), idx, src}, 3, &at, 1));
 }
 
-/* v (x's dims but d) broadcast to x's dims. */
-static fj_vid bcast_but(fj_ad *a, fj_vid v, const fj_type *x, int d)
-{
-	int64_t bd[FJ_MAX_RANK];
-	int n = 0;
-	for (int k = 0; k < x->rank; k++)
-		if (k != d)
-			bd[n++] = k;
-	fj_named_attr at[2] = {{"shape", fj_attr_shape(a->g, x->dims, x->rank)}, {"broadcast_dims", ints_attr(a, bd, n)}};
-	return op(a, FJ_OP_PRIMS_BROADCAST_IN_DIM, &v, 1, at, 2);
-}
-
 /* gather(x, index){dim} with one index per line of x along dim (index of
  * size 1 there and of x's sizes elsewhere: a loss reading its targets):
  * the gradient is where(iota == index, g, 0) in x's shape, pointwise, and
@@ -645,12 +633,11 @@ static fj_vid onehot_grad(fj_ad *a, int d)
 		if (k != d)
 			rd[n++] = x->dims[k];
 	}
-	fj_vid idx = bcast_but(a, reshape(a, X1, rd, n), x, d), g = bcast_but(a, reshape(a, G0, rd, n), x, d);
+	/* index and g without dim d, and iota along it, broadcast to x's dims */
+	uint32_t at_d = 1u << d, but_d = ((1u << x->rank) - 1) & ~at_d;
+	fj_vid idx = unreduce(a, reshape(a, X1, rd, n), x, at_d), g = unreduce(a, reshape(a, G0, rd, n), x, at_d);
 	fj_named_attr ia[2] = {{"length", fj_attr_size(x->dims[d])}, {"dtype", fj_attr_dtype(it->dtype)}};
-	fj_vid iota = op(a, FJ_OP_PRIMS_IOTA, NULL, 0, ia, 2);
-	int64_t dd = d;
-	fj_named_attr ba[2] = {{"shape", fj_attr_shape(a->g, x->dims, x->rank)}, {"broadcast_dims", ints_attr(a, &dd, 1)}};
-	iota = op(a, FJ_OP_PRIMS_BROADCAST_IN_DIM, &iota, 1, ba, 2);
+	fj_vid iota = unreduce(a, op(a, FJ_OP_PRIMS_IOTA, NULL, 0, ia, 2), x, but_d);
 	return where(a, bin(a, FJ_OP_PRIMS_EQ, iota, idx), g, cst(a, X0, 0.0));
 }
 
