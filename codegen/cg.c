@@ -511,6 +511,14 @@ void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave)
 	fj_cg_loop_md(cg, br, props, n);
 }
 
+void fj_cg_loop_unroll(fj_cg *cg, fj_cg_loop *l, int count)
+{
+	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);
+	LLVMMetadataRef p = fj_cg_loop_prop(cg, "llvm.loop.unroll.count", fj_cg_i32(cg, count));
+	if (br)
+		fj_cg_loop_md(cg, br, &p, 1);
+}
+
 void fj_cg_loop_no_vectorize(fj_cg *cg, fj_cg_loop *l)
 {
 	LLVMValueRef br = LLVMGetBasicBlockTerminator(l->latch);

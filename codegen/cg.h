@@ -227,6 +227,8 @@ void fj_cg_loop_hints(fj_cg *cg, fj_cg_loop *l, int width, int interleave);
 /* Marks loop l "do not vectorise" (llvm.loop.vectorize.enable false): strided
  * stores, which would become scatters. */
 void fj_cg_loop_no_vectorize(fj_cg *cg, fj_cg_loop *l);
+/* Unrolls closed loop l `count` times (llvm.loop.unroll.count). */
+void fj_cg_loop_unroll(fj_cg *cg, fj_cg_loop *l, int count);
 
 /* The interleave of the host loops that evaluate a region per element
  * (stores, row reductions, a matmul's epilogue): four independent copies of
