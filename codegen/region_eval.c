@@ -470,16 +470,25 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
 	return true;
 }
 
-/* Is v used only in sums c + v with a constant |c| >= 1 (the 1 + exp(z) of
- * sigmoid, silu and the tanh gelu), and not a result? Then an exp giving v
- * may take max(z, -87) for z: below -87 e^z < 2^-125, c + e^z rounds to c
- * either way, and e^z never comes out denormal. An Intel core takes a
- * microcode assist per denormal result: Sapphire Rapids, 2 threads, a
- * [512,512] x [512,2048] linear with the tanh gelu as its epilogue, inputs
- * uniform in [-1, 1) (about 1 gelu argument in 70 between 10.0 and 10.7,
- * where e^z is denormal): 5.5 ms, against 3.7 with inputs a tenth as large;
- * 3.3 without the gelu. */
-static bool plus_const_only(fj_rg *r, fj_vid v)
+/* The exp bound of the flushing in passes/vjp.c (normal_exp_lo): e^-87.33
+ * is f32's smallest normal 2^-126 rounded up by 0.3 %. */
+#define EXP_LO_F32 (-87.33)
+
+/* May the exp v = e^z, z its operand, be computed as e^max(z, -87.33), bit
+ * for bit? Where v is not a result and every use of it is
+ *  - a sum c + v with a constant |c| >= 1 (the 1 + exp(z) of sigmoid, silu
+ *    and the tanh gelu): below -87.33 e^z < 2^-125, and c + e^z rounds to c
+ *    either way;
+ *  - or, for an f32 v, where(lt(z, k), 0, v) with a constant k >= -87.33
+ *    (their gradient, passes/vjp.c: sigmoid_idiom): every lane the clamp
+ *    changes is selected away.
+ * e^z then never comes out denormal. An Intel core takes a microcode assist
+ * per denormal result: Sapphire Rapids, 2 threads, a [512,512] x
+ * [512,2048] linear with the tanh gelu as its epilogue, inputs uniform in
+ * [-1, 1) (about 1 gelu argument in 70 between 10.0 and 10.7, where e^z is
+ * denormal): 5.5 ms, against 3.7 with inputs a tenth as large; 3.3 without
+ * the gelu. */
+static bool exp_clamp_exact(fj_rg *r, fj_vid v, fj_vid z)
 {
 	const fj_graph *b = r->body;
 	for (uint32_t j = 0; j < b->nresults; j++)
@@ -492,7 +501,14 @@ static bool plus_const_only(fj_rg *r, fj_vid v)
 			if (n->opnds[k] != v)
 				continue;
 			double c;
-			if (n->op != FJ_OP_PRIMS_ADD || n->nopnds != 2 || !const_value(r, n->opnds[1 - k], &c) || !(fabs(c) >= 1))
+			if (n->op == FJ_OP_PRIMS_ADD && n->nopnds == 2 && const_value(r, n->opnds[1 - k], &c) && fabs(c) >= 1) {
+				uses++;
+				continue;
+			}
+			const fj_node *lt = n->op == FJ_OP_PRIMS_WHERE && k == 2 ? def_node(r, n->opnds[0]) : NULL;
+			if (!lt || lt->op != FJ_OP_PRIMS_LT || lt->opnds[0] != z || b->values[v].type.dtype != FJ_DT_F32 ||
+			    b->values[z].type.dtype != FJ_DT_F32 || !const_value(r, lt->opnds[1], &c) ||
+			    !((float)c >= (float)EXP_LO_F32) || !const_value(r, n->opnds[1], &c) || c != 0)
 				return false;
 			uses++;
 		}
@@ -528,8 +544,8 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
 	}
-	if (n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] && plus_const_only(r, v)) {
-		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, -87.0, 0);
+	if (n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] && exp_clamp_exact(r, v, n->opnds[0])) {
+		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, EXP_LO_F32, 0);
 		LLVMValueRef below = LLVMBuildFCmp(r->cg->b, LLVMRealOLT, args[0], lo, "");
 		args[0] = LLVMBuildSelect(r->cg->b, below, lo, args[0], "");
 	}

@@ -181,6 +181,12 @@ static fj_vid count(fj_ad *a, fj_vid x, uint32_t mask)
 
 /* ---- pointwise unary ---- */
 
+/* The exponent below which e^z is not a normal number of dtype dt (f16 and
+ * bf16 values are computed in f32): e^-87.33 is f32's smallest normal 2^-126
+ * rounded up by 0.3 %, e^-708.39 f64's 2^-1022 by 0.4 %. codegen/region_eval.c
+ * (exp_clamp_exact) knows the f32 one. */
+static double normal_exp_lo(fj_dtype dt) { return dt == FJ_DT_F64 ? -708.39 : -87.33; }
+
 /* e^(-x^2) for the gradient of erf and erfc, 0 where it is below the
  * dtype's smallest normal (e^-87.33 in f32, f16 and bf16, e^-708.39 in f64),
  * i.e. for |x| > 9.35 in f32: the exponent is clamped there, so the exp
@@ -194,7 +200,7 @@ static fj_vid gauss(fj_ad *a, fj_vid x)
 {
 	if (fj_b_status(&a->b))
 		return FJ_NOVAL;
-	double lo = ty(a, x)->dtype == FJ_DT_F64 ? -708.39 : -87.33;
+	double lo = normal_exp_lo(ty(a, x)->dtype);
 	fj_vid t = neg(a, sq(a, x));
 	fj_vid e = un(a, FJ_OP_PRIMS_EXP, bin(a, FJ_OP_PRIMS_MAXIMUM, t, cst(a, t, lo)));
 	return where(a, bin(a, FJ_OP_PRIMS_LT, t, cst(a, t, lo)), cst(a, t, 0.0), e);
@@ -772,7 +778,13 @@ static fj_vid sigmoid_idiom(fj_ad *a, fj_vid *target)
 	fj_vid r = un(a, FJ_OP_PRIMS_RECIPROCAL, X1);
 	if (a->want[0])
 		set(a, 0, mul(a, G, r));
-	fj_vid c = where(a, bin(a, FJ_OP_PRIMS_LT, E, cst(a, E, 1)), mul(a, E, r), csub(a, 1, r));
+	/* e, 0 where it is not a normal number: c and the gradient get no
+	 * denormal (a tanh gelu's e is for arguments in [10.0, 10.7]), and the
+	 * host computes e^max(z, -87.33), bit for bit (region_eval.c:
+	 * exp_clamp_exact) */
+	fj_vid Z = a->map[ne->opnds[0]];
+	fj_vid Es = where(a, bin(a, FJ_OP_PRIMS_LT, Z, cst(a, Z, normal_exp_lo(t->dtype))), cst(a, E, 0), E);
+	fj_vid c = where(a, bin(a, FJ_OP_PRIMS_LT, Es, cst(a, E, 1)), mul(a, Es, r), csub(a, 1, r));
 	*target = ne->opnds[0];
 	/* y as a * r: the backward needs no second division */
 	return neg(a, mul(a, mul(a, G, mul(a, X0, r)), c));
