@@ -229,6 +229,16 @@ static void plan(mm *m)
 		if (nt > 0)
 			m->nc = (int)(((n + nt - 1) / nt + m->nr - 1) / m->nr * m->nr);
 	}
+	/* and a known M into tiles of equal height (a multiple of MR): the
+	 * runtime counts tiles, not their rows, and M = 1024 in tiles of 192
+	 * left a last one of 64, so that one thread of two got 8 tiles and a
+	 * small one, the other 7 and two small ones (Sapphire Rapids, 2
+	 * threads, 1024 x 3072 x 768: 320 -> 335 GFLOP/s; tiles of 174) */
+	if (LLVMIsAConstantInt(m->M)) {
+		int64_t mv = LLVMConstIntGetSExtValue(m->M), mt = (mv + m->mc - 1) / m->mc;
+		if (mt > 0)
+			m->mc = (int)(((mv + mt - 1) / mt + m->mr - 1) / m->mr * m->mr);
+	}
 	m->lda = m->kc + 64 / m->esz;
 	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
 	m->a_is = m->apanel ? 1 : m->lda;
