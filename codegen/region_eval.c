@@ -470,10 +470,6 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
 	return true;
 }
 
-/* The exp bound of the flushing in passes/vjp.c (normal_exp_lo): e^-87.33
- * is f32's smallest normal 2^-126 rounded up by 0.3 %. */
-#define EXP_LO_F32 (-87.33)
-
 /* May the exp v = e^z, z its operand, be computed as e^max(z, -87.33), bit
  * for bit? Where v is not a result and every use of it is
  *  - a sum c + v with a constant |c| >= 1 (the 1 + exp(z) of sigmoid, silu
@@ -508,7 +504,7 @@ static bool exp_clamp_exact(fj_rg *r, fj_vid v, fj_vid z)
 			const fj_node *lt = n->op == FJ_OP_PRIMS_WHERE && k == 2 ? def_node(r, n->opnds[0]) : NULL;
 			if (!lt || lt->op != FJ_OP_PRIMS_LT || lt->opnds[0] != z || b->values[v].type.dtype != FJ_DT_F32 ||
 			    b->values[z].type.dtype != FJ_DT_F32 || !const_value(r, lt->opnds[1], &c) ||
-			    !((float)c >= (float)EXP_LO_F32) || !const_value(r, n->opnds[1], &c) || c != 0)
+			    !((float)c >= (float)fj_dtype_exp_normal_lo(FJ_DT_F32)) || !const_value(r, n->opnds[1], &c) || c != 0)
 				return false;
 			uses++;
 		}
@@ -545,7 +541,7 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 		}
 	}
 	if (n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] && exp_clamp_exact(r, v, n->opnds[0])) {
-		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, EXP_LO_F32, 0);
+		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, fj_dtype_exp_normal_lo(FJ_DT_F32), 0);
 		LLVMValueRef below = LLVMBuildFCmp(r->cg->b, LLVMRealOLT, args[0], lo, "");
 		args[0] = LLVMBuildSelect(r->cg->b, below, lo, args[0], "");
 	}

@@ -19,6 +19,7 @@ const char *fj_dtype_npy(fj_dtype dt) { return dtypes[dt].npy; }
 bool fj_dtype_is_float(fj_dtype dt) { return dtypes[dt].kind == 'F'; }
 bool fj_dtype_is_int(fj_dtype dt) { return dtypes[dt].kind == 'I' || dtypes[dt].kind == 'U'; }
 bool fj_dtype_is_bool(fj_dtype dt) { return dtypes[dt].kind == 'B'; }
+double fj_dtype_exp_normal_lo(fj_dtype dt) { return dt == FJ_DT_F64 ? -708.39 : -87.33; }
 
 bool fj_dtype_from_name(const char *s, size_t n, fj_dtype *out)
 {

@@ -175,6 +175,12 @@ bool fj_dtype_from_name(const char *s, size_t n, fj_dtype *out);
 bool fj_dtype_is_float(fj_dtype dt);
 bool fj_dtype_is_int(fj_dtype dt);  /* signed or unsigned integer, not bool */
 bool fj_dtype_is_bool(fj_dtype dt);
+/* The exponent below which e^z is not a normal number of the float dtype
+ * dt as computed (f16 and bf16 in f32): -87.33 (e^-87.33 is f32's smallest
+ * normal 2^-126 rounded up by 0.3 %), -708.39 for f64 (2^-1022, 0.4 %).
+ * Gradients that are multiples of such an e^z flush to 0 below it
+ * (passes/vjp.c, decompose's gelu_backward; IR.md's autodiff row). */
+double fj_dtype_exp_normal_lo(fj_dtype dt);
 /* PyTorch's promoteTypes for two dtypes (f16 + bf16 -> f32, u8 + i8 -> i16). */
 fj_dtype fj_dtype_promote(fj_dtype a, fj_dtype b);
 

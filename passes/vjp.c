@@ -179,32 +179,33 @@ static fj_vid count(fj_ad *a, fj_vid x, uint32_t mask)
 	return reduce(a, FJ_OP_PRIMS_SUM, cst(a, x, 1.0), mask);
 }
 
-/* ---- pointwise unary ---- */
-
-/* The exponent below which e^z is not a normal number of dtype dt (f16 and
- * bf16 values are computed in f32): e^-87.33 is f32's smallest normal 2^-126
- * rounded up by 0.3 %, e^-708.39 f64's 2^-1022 by 0.4 %. codegen/region_eval.c
- * (exp_clamp_exact) knows the f32 one. */
-static double normal_exp_lo(fj_dtype dt) { return dt == FJ_DT_F64 ? -708.39 : -87.33; }
-
-/* e^(-x^2) for the gradient of erf and erfc, 0 where it is below the
- * dtype's smallest normal (e^-87.33 in f32, f16 and bf16, e^-708.39 in f64),
- * i.e. for |x| > 9.35 in f32: the exponent is clamped there, so the exp
- * never makes a denormal, and the select gives the 0. Denormal values there
- * would flow into every product of the backward (the exact gelu's is
- * x phi(x), denormal for |x| in [13.2, 14.5]), and an x86 core takes a
- * ~100-cycle microcode assist for each operation that reads or writes one:
- * bench/peers mlp_wide's gelu backward spent 14 of its 29 ms in them.
- * PyTorch's f32 gelu backward returns 0 from |x| = 11 on. */
-static fj_vid gauss(fj_ad *a, fj_vid x)
+/* e = exp(z), 0 where z is below fj_dtype_exp_normal_lo: the gradients
+ * that are multiples of e get no denormal. Denormals would flow into every
+ * product and sum of the backward, and an x86 core takes a ~100-cycle
+ * microcode assist for each operation that reads or writes one: the exact
+ * gelu's x phi(x) is denormal for |x| in [13.2, 14.5], and bench/peers
+ * mlp_wide's gelu backward spent 14 of its 29 ms in them; the tanh gelu's
+ * e r for arguments in [10.0, 10.7] (bench mlp's backward 20.8 -> 15.8 ms).
+ * PyTorch's f32 gelu backward returns 0 from |x| = 11 on. The host
+ * computes such an exp as e^max(z, bound), bit for bit, so that the exp
+ * itself makes no denormal (codegen/region_eval.c: exp_clamp_exact). */
+static fj_vid flush_small(fj_ad *a, fj_vid z, fj_vid e)
 {
 	if (fj_b_status(&a->b))
 		return FJ_NOVAL;
-	double lo = normal_exp_lo(ty(a, x)->dtype);
-	fj_vid t = neg(a, sq(a, x));
-	fj_vid e = un(a, FJ_OP_PRIMS_EXP, bin(a, FJ_OP_PRIMS_MAXIMUM, t, cst(a, t, lo)));
-	return where(a, bin(a, FJ_OP_PRIMS_LT, t, cst(a, t, lo)), cst(a, t, 0.0), e);
+	fj_vid lo = cst(a, z, fj_dtype_exp_normal_lo(ty(a, z)->dtype));
+	return where(a, bin(a, FJ_OP_PRIMS_LT, z, lo), cst(a, e, 0.0), e);
 }
+
+/* e^(-x^2) for the gradient of erf and erfc, 0 below the smallest normal
+ * (|x| > 9.35 in f32) */
+static fj_vid gauss(fj_ad *a, fj_vid x)
+{
+	fj_vid t = neg(a, sq(a, x));
+	return flush_small(a, t, un(a, FJ_OP_PRIMS_EXP, t));
+}
+
+/* ---- pointwise unary ---- */
 
 #define UNARY(name, expr)                                                                                    \
 	static fj_status vjp_##name(fj_ad *a) { return set(a, 0, (expr)); }
@@ -778,12 +779,7 @@ static fj_vid sigmoid_idiom(fj_ad *a, fj_vid *target)
 	fj_vid r = un(a, FJ_OP_PRIMS_RECIPROCAL, X1);
 	if (a->want[0])
 		set(a, 0, mul(a, G, r));
-	/* e, 0 where it is not a normal number: c and the gradient get no
-	 * denormal (a tanh gelu's e is for arguments in [10.0, 10.7]), and the
-	 * host computes e^max(z, -87.33), bit for bit (region_eval.c:
-	 * exp_clamp_exact) */
-	fj_vid Z = a->map[ne->opnds[0]];
-	fj_vid Es = where(a, bin(a, FJ_OP_PRIMS_LT, Z, cst(a, Z, normal_exp_lo(t->dtype))), cst(a, E, 0), E);
+	fj_vid Es = flush_small(a, a->map[ne->opnds[0]], E);
 	fj_vid c = where(a, bin(a, FJ_OP_PRIMS_LT, Es, cst(a, E, 1)), mul(a, Es, r), csub(a, 1, r));
 	*target = ne->opnds[0];
 	/* y as a * r: the backward needs no second division */
