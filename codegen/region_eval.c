@@ -476,8 +476,9 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
  *    and the tanh gelu): below -87.33 e^z < 2^-125, and c + e^z rounds to c
  *    either way;
  *  - or, for an f32 v, where(lt(z, k), 0, v) with a constant k >= -87.33
- *    (their gradient, passes/vjp.c: sigmoid_idiom): every lane the clamp
- *    changes is selected away.
+ *    (a gradient's flush of small exps: flush_small in passes/vjp.c and in
+ *    decompose's gelu_backward): every lane the clamp changes is selected
+ *    away.
  * e^z then never comes out denormal. An Intel core takes a microcode assist
  * per denormal result: Sapphire Rapids, 2 threads, a [512,512] x
  * [512,2048] linear with the tanh gelu as its epilogue, inputs uniform in
