@@ -178,7 +178,7 @@ fj_literal fj_cg_attr_literal(const fj_attr *a)
 LLVMValueRef fj_cg_literal(fj_cg *cg, const fj_literal *lit, fj_dtype to)
 {
 	if (fj_dtype_is_float(to)) {
-		double f = lit->kind == FJ_LIT_FLOAT ? lit->f : lit->kind == FJ_LIT_INT ? (double)lit->i : (double)lit->b;
+		double f = fj_literal_value(lit);
 		if (to == FJ_DT_BF16)
 			f = (double)round_bf16((float)f);
 		LLVMValueRef c = fj_cg_const(cg, to, f, 0);

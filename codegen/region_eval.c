@@ -466,7 +466,7 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
 		l = fj_cg_attr_literal(nattr(r, d, "value"));
 	else
 		return false;
-	*out = l.kind == FJ_LIT_FLOAT ? l.f : l.kind == FJ_LIT_INT ? (double)l.i : l.b;
+	*out = fj_literal_value(&l);
 	return true;
 }
 

@@ -312,6 +312,11 @@ oom:
 	return FJ_NOVAL;
 }
 
+double fj_literal_value(const fj_literal *l)
+{
+	return l->kind == FJ_LIT_FLOAT ? l->f : l->kind == FJ_LIT_INT ? (double)l->i : (double)l->b;
+}
+
 fj_vid fj_graph_add_literal(fj_graph *g, fj_literal lit, fj_loc loc)
 {
 	fj_vid v = new_value(g);

@@ -399,6 +399,9 @@ typedef struct fj_literal {
 	bool b;
 } fj_literal;
 
+/* The literal's value as a double (an int converted, a bool 0 or 1). */
+double fj_literal_value(const fj_literal *l);
+
 /* Tri-state annotation: not written, false, true. */
 enum { FJ_TRI_UNSET = 0, FJ_TRI_FALSE = 1, FJ_TRI_TRUE = 2 };
 

@@ -93,8 +93,7 @@ bool fj_dec_is_lit(fj_dec *d, fj_vid v) { return v != FJ_NOVAL && d->g->values[v
 
 double fj_dec_lit_value(fj_dec *d, fj_vid v)
 {
-	const fj_literal *l = &d->g->values[v].lit;
-	return l->kind == FJ_LIT_FLOAT ? l->f : l->kind == FJ_LIT_INT ? (double)l->i : (double)l->b;
+	return fj_literal_value(&d->g->values[v].lit);
 }
 
 int fj_dec_dim(int64_t dim, int rank)

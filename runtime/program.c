@@ -422,8 +422,7 @@ static void store_literal(fj_rt_tensor *t, const fj_literal *lit)
 	if (lit->kind == FJ_LIT_INT && t->dtype == FJ_DT_I64)
 		((int64_t *)t->data)[0] = lit->i;
 	else
-		fj_rt_store_f64(t->data, t->dtype, 0,
-		                lit->kind == FJ_LIT_FLOAT ? lit->f : lit->kind == FJ_LIT_INT ? (double)lit->i : lit->b);
+		fj_rt_store_f64(t->data, t->dtype, 0, fj_literal_value(lit));
 }
 
 fj_status fj_rt_program_run(fj_rt_program *p, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs)

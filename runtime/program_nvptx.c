@@ -499,8 +499,7 @@ static fj_status check_status(fj_rt_nvprog *p)
 
 static void store_literal(fj_rt_tensor *t, const fj_literal *lit)
 {
-	double v = lit->kind == FJ_LIT_FLOAT ? lit->f : lit->kind == FJ_LIT_INT ? (double)lit->i : lit->b;
-	fj_rt_store_f64(t->data, t->dtype, 0, v);
+	fj_rt_store_f64(t->data, t->dtype, 0, fj_literal_value(lit));
 }
 
 fj_status fj_rt_nvptx_run(fj_rt_nvprog *p, const fj_rt_tensor *const *inputs, fj_rt_tensor *outputs)
