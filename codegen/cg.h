@@ -231,11 +231,11 @@ void fj_cg_loop_no_vectorize(fj_cg *cg, fj_cg_loop *l);
 void fj_cg_loop_unroll(fj_cg *cg, fj_cg_loop *l, int count);
 
 /* The interleave of the host loops that evaluate a region per element
- * (stores, row reductions, a matmul's epilogue): four independent copies of
- * the vector body side by side. The polynomial math is a long dependent
- * chain (tanh, exp: ~20 steps of 3-4 cycles); with one copy, an
- * out-of-order core's window fills with steps waiting on their operands and
- * the units idle (llvm-mca on Zen 3: the chain benchmark's loop 73% bound by
+ * (stores, row reductions; a matmul's epilogue takes two, region_matmul.c):
+ * four independent copies of the vector body side by side. The polynomial
+ * math is a long dependent chain (tanh, exp: ~20 steps of 3-4 cycles); with
+ * one copy, an out-of-order core's window fills with steps waiting on their
+ * operands and the units idle (llvm-mca on Zen 3: the chain benchmark's loop 73% bound by
  * register dependencies, 1.3 instructions a cycle). Reductions get as many
  * partial accumulators. */
 enum { FJ_CG_INTERLEAVE = 4 };

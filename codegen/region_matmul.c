@@ -795,7 +795,17 @@ static void epilogue(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef jc, LL
 	fj_rg_bind(r, m->mv, NULL);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lj);
-	fj_cg_loop_hints(cg, &lj, 0, FJ_CG_INTERLEAVE);
+	/* two copies of the vector body, not the row kernels' four
+	 * (FJ_CG_INTERLEAVE): a row of the tile is NC columns, a few iterations
+	 * of four, and four copies of a long body (the exact gelu's erf: a
+	 * division, two polynomials, an exp) spill and reload its constants per
+	 * row. Intel Xeon (Sapphire Rapids), 2 threads, a 768 -> 3072 linear on
+	 * [1024, 768] with the exact gelu, alternating rounds: AVX-512 21.8-24.8
+	 * -> 19.3-20.6 ms (the linear and bias alone: 19.7-20.6), AVX2 32.9-35.5
+	 * -> 30.7-32.1 (alone: 28.7-29.2); with the tanh gelu, the bias alone
+	 * or no epilogue, within the noise; bench/peers mlp_wide forward 46-49
+	 * -> 43-45 ms. */
+	fj_cg_loop_hints(cg, &lj, 0, 2);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &li);
 }
