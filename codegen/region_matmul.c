@@ -187,6 +187,8 @@ static int bt_direct(const mm *m)
 	return m->r->in[w].t.dtype == FJ_DT_F32 ? w : -1;
 }
 
+enum { APANEL_NC = 768, APANEL_BP = 8 << 20, APANEL_TILES = 16 };
+
 static void plan(mm *m)
 {
 	fj_cg *cg = m->cg;
@@ -219,6 +221,26 @@ static void plan(mm *m)
 		m->kc = tg->matmul_kc;
 		m->mc = tg->matmul_mc_panels * m->mr;
 		m->nc = tg->matmul_nc_panels * m->nr;
+	}
+	/* An A contiguous along M (a transposed operand: dY^T in the weight
+	 * gradient) is packed into micro-panels once per tile, so once per
+	 * N-tile: the transposing copy reads each row of X for MC elements,
+	 * from L3 for an X wider than L2, and took ~14 % of the matmul. Wider
+	 * N-tiles (APANEL_NC columns) repack it fewer times, where B's panel
+	 * (K x NC, packed once per N-tile) stays within APANEL_BP bytes and
+	 * the threads still share APANEL_TILES tiles or more (9 tiles of a
+	 * 512 x 512 x 2048 weight gradient left one thread of two 5).
+	 * Sapphire Rapids, 2 threads, median of 6 alternating rounds (with
+	 * pack_a_panels' k groups): 768 x 1024 x 3072 (A = dY^T, K x M = 1024 x
+	 * 768) 17.4 -> 16.5 ms, 3072 x 1024 x 768 17.1 -> 15.9; AVX2 27.9 ->
+	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101. */
+	if (fast_dim(m, m->av, 0) == m->rank - 2 && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) &&
+	    LLVMIsAConstantInt(m->N)) {
+		int64_t wide = APANEL_NC / m->nr * m->nr, k = LLVMConstIntGetSExtValue(m->K);
+		int64_t mt = (LLVMConstIntGetSExtValue(m->M) + m->mc - 1) / m->mc;
+		int64_t nt = (LLVMConstIntGetSExtValue(m->N) + wide - 1) / wide;
+		if (wide > m->nc && k * wide * m->esz <= APANEL_BP && mt * nt >= APANEL_TILES)
+			m->nc = (int)wide;
 	}
 	/* N cut into tiles of equal width (a multiple of NR) where N is known:
 	 * the runtime shares the tiles out by count, and a last N-tile of 256
@@ -503,20 +525,30 @@ static void pack_a_rows(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef i0,
 }
 
 /* Packs micro-panels [ir0, ir1) of the tile into Ap as [k][MR] (panel ir at
- * ir * KC*MR): k outside, then the panels, then MR rows unrolled, so the
- * reads of an A contiguous along M run along its rows MC elements at a
- * time and every panel is written in order. With `clamp` (the last,
- * partial panel) rows >= M read row M-1 and store 0. */
+ * ir * KC*MR): groups of APANEL_KG k's, then the panels, then the group's
+ * k's, then MR rows unrolled (one vector copy), so that the reads of an A
+ * contiguous along M run along its rows (the group's rows, MC elements
+ * each, stay in L1 while every panel takes its part) and each panel is
+ * written APANEL_KG x MR elements at a time: one k per step across all
+ * the panels (KC x MR apart) kept every panel's line in flight at once.
+ * Sapphire Rapids, 2 threads, median of 6 alternating rounds: 768 x 1024
+ * x 3072 with A = dY^T 18.1 -> 17.5 ms (without any packing: 14.3-15.4).
+ * With `clamp` (the last, partial panel) rows >= M read row M-1 and store
+ * 0. */
+enum { APANEL_KG = 8 };
+
 static void pack_a_panels(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef ir0, LLVMValueRef ir1,
                           LLVMValueRef pc, LLVMValueRef kl, bool clamp)
 {
 	fj_cg *cg = m->cg;
 	fj_rg *r = m->r;
 	LLVMValueRef mlast = LLVMBuildNSWSub(BB, m->M, c64(m, 1), "");
-	fj_cg_loop lk, lr;
-	fj_cg_loop_begin(cg, &lk, c64(m, 0), kl, "apk");
-	LLVMValueRef col = add(m, pc, lk.iv);
+	fj_cg_loop lg, lk, lr;
+	fj_cg_loop_begin(cg, &lg, c64(m, 0), kl, "apg");
+	lg.step = c64(m, APANEL_KG);
 	fj_cg_loop_begin(cg, &lr, ir0, ir1, "apr");
+	fj_cg_loop_begin(cg, &lk, lg.iv, imin(m, add(m, lg.iv, c64(m, APANEL_KG)), kl), "apk");
+	LLVMValueRef col = add(m, pc, lk.iv);
 	LLVMValueRef dst = at(m, m->ap, add(m, mul(m, lr.iv, c64(m, m->a_ps)), mul(m, lk.iv, c64(m, m->mr))));
 	LLVMValueRef row0 = add(m, ic, mul(m, lr.iv, c64(m, m->mr)));
 	for (int ii = 0; ii < m->mr; ii++) {
@@ -528,13 +560,16 @@ static void pack_a_panels(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef i
 		store_elem(m, at(m, dst, c64(m, ii)), x);
 		fj_rg_scope_pop(r);
 	}
-	fj_cg_loop_end(cg, &lr);
-	fj_cg_loop_no_vectorize(cg, &lr); /* across panels: gathers and scatters; the MR rows' run is one vector copy */
+	/* none of the three loops vectorised: across k's, 16 k's would be a
+	 * gather (rows of A^T apart; the weight gradient 3072 x 1024 x 768 once
+	 * ran in 61.4 ms instead of 52.0, AVX-512, one thread); across panels,
+	 * gathers and scatters; the MR rows' run is one vector copy already */
 	fj_cg_loop_end(cg, &lk);
-	/* nor across k's: the vectoriser once took the k loop, 16 k's a gather
-	 * (rows of A^T apart), and the weight gradient 3072 x 1024 x 768 ran
-	 * in 61.4 ms instead of 52.0 (AVX-512, one thread, best of 4 rounds) */
 	fj_cg_loop_no_vectorize(cg, &lk);
+	fj_cg_loop_end(cg, &lr);
+	fj_cg_loop_no_vectorize(cg, &lr);
+	fj_cg_loop_end(cg, &lg);
+	fj_cg_loop_no_vectorize(cg, &lg);
 }
 
 /* Packs A[b, ic : ic + nir*MR, pc : pc + kl] into Ap, of whose micro-panels
