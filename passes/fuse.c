@@ -33,9 +33,11 @@
  * Legality: the rules every region obeys (checked on the candidate union
  * before each merge; a region is the set of its members, in node order).
  *   L1 Opaque and scan ops: a solo region never merges. A matmul region holds
- *      one prims.matmul and pointwise nodes of the matmul's result shape, each
- *      with an operand computed in the region (an epilogue: no layout op, no
- *      reduction; broadcasts of inputs come in as free copies). Its only
+ *      one prims.matmul and pointwise nodes of the matmul's result shape that
+ *      the matmul does not read (an epilogue, evaluated at each result point
+ *      from the matmul value, from each other or from other kernels' values:
+ *      no layout op, no reduction; broadcasts of inputs come in as free
+ *      copies). Its only
  *      prologue is layout ops read by the matmul (or by each other) alone:
  *      how an operand computed by another kernel is read, X^T in the weight
  *      gradient X^T dY, which the packing reads in place instead of a
@@ -98,7 +100,8 @@
  *   3. horizontal: regions that read the same input (a parameter or an outer
  *      value, directly or through free copies) are merged when legal, and so
  *      are reduction regions over the same (D, K); then step 2 again, until
- *      nothing changes;
+ *      nothing changes; then a region that reads an input a matmul region
+ *      reads joins it where legal (epilogue_siblings), and step 2 once more;
  *   4. emission: regions and outside nodes in a topological order of the
  *      region graph (Kahn, ties by first node), kernels numbered in that
  *      order `fj_<graph>_k<i>`; a kernel's operands are its inputs, in first
@@ -481,6 +484,23 @@ static bool prologue_copy(fuser *f, uint32_t d, double evals)
 	return f->cls[d] != NC_FREE || f->fcost[d] * evals <= PROLOGUE_BUDGET;
 }
 
+/* Is member ni of the candidate (a, b) a prologue node: a layout op, not
+ * returned, that only the matmul or other layout members read? */
+static bool prologue_node(fuser *f, uint32_t ni, uint32_t a, uint32_t b)
+{
+	const fj_graph *g = f->g;
+	const fj_node *n = &g->nodes[ni];
+	if (!(op_flags(f, ni) & FJ_OPF_LAYOUT) || n->nres != 1 || f->returned[n->res[0]])
+		return false;
+	fj_vid v = n->res[0];
+	for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1]; u++) {
+		uint32_t c = f->ulist[u];
+		if (!in_pair(f, c, a, b) || !(g->nodes[c].op == FJ_OP_PRIMS_MATMUL || (op_flags(f, c) & FJ_OPF_LAYOUT)))
+			return false;
+	}
+	return true;
+}
+
 static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 {
 	fj_graph *g = f->g;
@@ -496,43 +516,42 @@ static bool legal_matmul(fuser *f, uint32_t k, uint32_t a, uint32_t b)
 		if (n->op == FJ_OP_PRIMS_MATMUL) {
 			if (mt)
 				return false;
+			/* its operands: the prologue's or other kernels' values */
+			for (uint32_t o = 0; o < n->nopnds; o++) {
+				uint32_t d = def_node(g, n->opnds[o]);
+				if (d != FJ_NONODE && in_pair(f, d, a, b) && f->flag[d] != 2)
+					return false;
+			}
 			mt = vtype(f, n->res[0]);
 			f->flag[ni] = 1;
 			continue;
 		}
-		if (!mt) { /* a prologue: layout ops that only the matmul reads */
-			if (!(op_flags(f, ni) & FJ_OPF_LAYOUT) || n->nres != 1)
-				return false;
+		if (!mt && prologue_node(f, ni, a, b)) { /* a prologue: layout ops that only the matmul reads */
 			fj_vid v = n->res[0];
-			for (uint32_t u = f->ustart[v]; u < f->ustart[v + 1]; u++) {
-				uint32_t c = f->ulist[u];
-				if (!in_pair(f, c, a, b) || !(g->nodes[c].op == FJ_OP_PRIMS_MATMUL || (op_flags(f, c) & FJ_OPF_LAYOUT)))
-					return false;
-			}
-			if (f->returned[v] || mk == FJ_NONODE)
+			if (mk == FJ_NONODE)
 				return false;
 			double evals = prologue_evals(f, v, mk, 0);
 			for (uint32_t o = 0; o < n->nopnds; o++) {
 				uint32_t d = def_node(g, n->opnds[o]);
-				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && !f->flag[d]) || !prologue_copy(f, d, evals)))
+				if (d != FJ_NONODE && ((in_pair(f, d, a, b) && f->flag[d] != 2) || !prologue_copy(f, d, evals)))
 					return false;
 			}
 			f->flag[ni] = 2;
 			continue;
 		}
-		if (!mt || !(op_flags(f, ni) & FJ_OPF_POINTWISE) || n->nres != 1 || !fj_type_same_dims(vtype(f, n->res[0]), mt))
+		/* the epilogue: pointwise nodes of the result's shape, evaluated at
+		 * each result point from the matmul value, each other and other
+		 * kernels' values (a sibling computing from the same inputs: the
+		 * backward's recomputed gelu beside the matmul whose epilogue takes
+		 * its derivative, epilogue_siblings) */
+		const fj_type *rt = mk != FJ_NONODE ? vtype(f, g->nodes[mk].res[0]) : NULL;
+		if (!rt || !(op_flags(f, ni) & FJ_OPF_POINTWISE) || n->nres != 1 || !fj_type_same_dims(vtype(f, n->res[0]), rt))
 			return false;
-		bool dep = false;
 		for (uint32_t o = 0; o < n->nopnds; o++) {
 			uint32_t d = def_node(g, n->opnds[o]);
-			if (d != FJ_NONODE && in_pair(f, d, a, b)) {
-				if (f->flag[d] != 1)
-					return false;
-				dep = true;
-			}
+			if (d != FJ_NONODE && in_pair(f, d, a, b) && f->flag[d] != 1)
+				return false;
 		}
-		if (!dep)
-			return false;
 		f->flag[ni] = 1;
 	}
 	return mt != NULL;
@@ -934,8 +953,9 @@ static bool vertical(fuser *f)
 }
 
 /* Regions reading value v as an input (directly or through free copies),
- * appended to out (distinct roots, fusible regions only). */
-static uint32_t readers(fuser *f, fj_vid v, uint32_t *out, uint32_t cap)
+ * appended to out (distinct roots: fusible regions, and with `mm` matmul
+ * regions too). */
+static uint32_t readers(fuser *f, fj_vid v, uint32_t *out, uint32_t cap, bool mm)
 {
 	uint32_t n = 0, sp = 0;
 	uint32_t *stack = f->queue; /* free nodes to expand */
@@ -962,7 +982,7 @@ static uint32_t readers(fuser *f, fj_vid v, uint32_t *out, uint32_t cap)
 		if (f->cls[c] != NC_FUSIBLE)
 			continue;
 		uint32_t r = find(f, c);
-		if (r == own || (f->rflags[r] & (RF_MATMUL | RF_SOLO)))
+		if (r == own || (f->rflags[r] & RF_SOLO) || (!mm && (f->rflags[r] & RF_MATMUL)))
 			continue;
 		bool seen = false;
 		for (uint32_t i = 0; i < n && !seen; i++)
@@ -991,11 +1011,43 @@ static bool horizontal(fuser *f)
 			continue;
 		if (val->kind == FJ_VK_RESULT && (f->cls[val->def] == NC_FREE || f->cls[val->def] == NC_DEAD))
 			continue;
-		uint32_t n = readers(f, v, rs, CAP);
+		uint32_t n = readers(f, v, rs, CAP, false);
 		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t j = i + 1; j < n; j++)
 				if (try_merge(f, rs[i], rs[j]))
 					any = true;
+	}
+	return any;
+}
+
+/* A pointwise region of a matmul's result shape that reads the same input
+ * as the matmul's region joins it as part of its epilogue (L1): evaluated
+ * at each result point, its values no longer go through a kernel of their
+ * own, and what both compute from that input is computed once. The
+ * backward of an exact-gelu MLP recomputes gelu(h) for the weight gradient
+ * dW2 = dY^T gelu(h) beside dG = dY W2^T, whose epilogue takes gelu'(h):
+ * the recomputation, erf and all, was a kernel reading h and writing
+ * gelu(h); it is now one more output of dG's epilogue, which evaluates erf
+ * once for both. Runs after the merging rounds, so that regions that can
+ * merge with each other have done so first. */
+static bool epilogue_siblings(fuser *f)
+{
+	enum { CAP = 64 };
+	uint32_t rs[CAP];
+	bool any = false;
+	for (fj_vid v = 0; v < f->nv; v++) {
+		const fj_value *val = &f->g->values[v];
+		if (val->kind == FJ_VK_LITERAL)
+			continue;
+		if (val->kind == FJ_VK_RESULT && (f->cls[val->def] == NC_FREE || f->cls[val->def] == NC_DEAD))
+			continue;
+		uint32_t n = readers(f, v, rs, CAP, true);
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t j = 0; j < n; j++) {
+				uint32_t a = find(f, rs[i]), b = find(f, rs[j]);
+				if ((f->rflags[a] & RF_MATMUL) && !(f->rflags[b] & RF_MATMUL) && try_merge(f, b, a))
+					any = true;
+			}
 	}
 	return any;
 }
@@ -1680,6 +1732,8 @@ static fj_status fuse_graph(fj_module *m, fj_graph *g, bool attention, uint32_t 
 		if (!h || !vertical(&f))
 			break;
 	}
+	if (epilogue_siblings(&f))
+		vertical(&f);
 	if (f.oom) {
 		st = FJ_ERR_NOMEM;
 		goto out;
