@@ -1000,7 +1000,9 @@ static uint32_t readers(fuser *f, fj_vid v, uint32_t *out, uint32_t cap, bool mm
 	return n;
 }
 
-static bool horizontal(fuser *f)
+/* Merges regions that read the same value (readers): any two fusible ones
+ * (`mm` false), or a fusible one into a matmul region (`mm`). */
+static bool merge_readers(fuser *f, bool mm)
 {
 	enum { CAP = 64 };
 	uint32_t rs[CAP];
@@ -1011,14 +1013,20 @@ static bool horizontal(fuser *f)
 			continue;
 		if (val->kind == FJ_VK_RESULT && (f->cls[val->def] == NC_FREE || f->cls[val->def] == NC_DEAD))
 			continue;
-		uint32_t n = readers(f, v, rs, CAP, false);
+		uint32_t n = readers(f, v, rs, CAP, mm);
 		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t j = i + 1; j < n; j++)
-				if (try_merge(f, rs[i], rs[j]))
+			for (uint32_t j = mm ? 0 : i + 1; j < n; j++) {
+				uint32_t a = find(f, rs[i]), b = find(f, rs[j]);
+				if (mm && (!(f->rflags[a] & RF_MATMUL) || (f->rflags[b] & RF_MATMUL)))
+					continue;
+				if (try_merge(f, b, a))
 					any = true;
+			}
 	}
 	return any;
 }
+
+static bool horizontal(fuser *f) { return merge_readers(f, false); }
 
 /* A pointwise region of a matmul's result shape that reads the same input
  * as the matmul's region joins it as part of its epilogue (L1): evaluated
@@ -1030,27 +1038,7 @@ static bool horizontal(fuser *f)
  * gelu(h); it is now one more output of dG's epilogue, which evaluates erf
  * once for both. Runs after the merging rounds, so that regions that can
  * merge with each other have done so first. */
-static bool epilogue_siblings(fuser *f)
-{
-	enum { CAP = 64 };
-	uint32_t rs[CAP];
-	bool any = false;
-	for (fj_vid v = 0; v < f->nv; v++) {
-		const fj_value *val = &f->g->values[v];
-		if (val->kind == FJ_VK_LITERAL)
-			continue;
-		if (val->kind == FJ_VK_RESULT && (f->cls[val->def] == NC_FREE || f->cls[val->def] == NC_DEAD))
-			continue;
-		uint32_t n = readers(f, v, rs, CAP, true);
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t j = 0; j < n; j++) {
-				uint32_t a = find(f, rs[i]), b = find(f, rs[j]);
-				if ((f->rflags[a] & RF_MATMUL) && !(f->rflags[b] & RF_MATMUL) && try_merge(f, b, a))
-					any = true;
-			}
-	}
-	return any;
-}
+static bool epilogue_siblings(fuser *f) { return merge_readers(f, true); }
 
 static uint32_t unit_of(fuser *f, uint32_t n)
 {
