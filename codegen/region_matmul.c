@@ -234,8 +234,8 @@ static void plan(mm *m)
 	 * pack_a_panels' k groups): 768 x 1024 x 3072 (A = dY^T, K x M = 1024 x
 	 * 768) 17.4 -> 16.5 ms, 3072 x 1024 x 768 17.1 -> 15.9; AVX2 27.9 ->
 	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101. */
-	if (fast_dim(m, m->av, 0) == m->rank - 2 && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) &&
-	    LLVMIsAConstantInt(m->N)) {
+	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
+	if (m->apanel && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) && LLVMIsAConstantInt(m->N)) {
 		int64_t wide = APANEL_NC / m->nr * m->nr, k = LLVMConstIntGetSExtValue(m->K);
 		int64_t mt = (LLVMConstIntGetSExtValue(m->M) + m->mc - 1) / m->mc;
 		int64_t nt = (LLVMConstIntGetSExtValue(m->N) + wide - 1) / wide;
@@ -262,7 +262,6 @@ static void plan(mm *m)
 			m->mc = (int)(((mv + mt - 1) / mt + m->mr - 1) / m->mr * m->mr);
 	}
 	m->lda = m->kc + 64 / m->esz;
-	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
 	m->a_is = m->apanel ? 1 : m->lda;
 	m->a_ks = m->apanel ? m->mr : 1;
 	m->a_ps = m->apanel ? (int64_t)m->kc * m->mr : (int64_t)m->lda * m->mr;
