@@ -36,6 +36,11 @@ typedef struct hctx {
 	/* persistent_inner_outer: the workspace, the slot count S (the last
 	 * entry of dims), and the slot being run (i64; NULL outside its loop) */
 	LLVMValueRef ws, nslots, part;
+	/* the inner templates' passes that prefetch the next row, pf_n of
+	 * them: pass ph (nphases: the output pass) takes slice pf_slice[ph] of
+	 * it, -1 none (region_host_inner.c, prefetch_plan) */
+	int pf_n;
+	int8_t pf_slice[FJ_RG_MAX_REDS + 1];
 } hctx;
 
 #define BB (h->cg->b)
