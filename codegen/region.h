@@ -306,6 +306,12 @@ LLVMValueRef fj_rg_eval_as(fj_rg *r, fj_vid v, fj_rg_point *p, fj_dtype to);
  * the row the caller then checks? */
 bool fj_rg_recip_sum(fj_rg *r, const fj_node *red);
 #define FJ_RG_RECIP_MIN 0x1p-60f
+/* May amax node `red` skip NaNs? When every use of it is softmax's shift
+ * x - m, whose every use in turn is exp(x - m) summed over the same dims,
+ * or an arithmetic op of x - m or exp(x - m) with that sum (through unary
+ * ops): a NaN in the row then makes the sum NaN, and every output that m
+ * reaches with it (region_eval.c). */
+bool fj_rg_max_skips_nan(fj_rg *r, const fj_node *red);
 
 /* Memo scopes: entries created after a push are dropped by the matching pop.
  * Push when entering a loop body or a branch, pop when leaving it. */

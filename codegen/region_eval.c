@@ -436,6 +436,140 @@ bool fj_rg_recip_sum(fj_rg *r, const fj_node *red)
 	return false;
 }
 
+/* ---- a row max whose NaN the row sum carries ----
+ * Softmax and log_softmax shift the row by its max m = amax(x) and sum
+ * s = sum(exp(x - m)) over the same dims. A NaN in the row makes m NaN,
+ * and with it every output of the row; but x - m is NaN at the NaN itself
+ * whatever m is, so s is NaN, and an output that combines x - m or
+ * exp(x - m) with s in an arithmetic op is NaN too. Where that is all m
+ * is used for, the max may skip NaNs: one vmaxps per vector, where
+ * llvm.maximum's NaN handling takes vcmpunordps and vblendvps beside it
+ * (five uops on AVX2) and AVX-512 a mask compare and a NaN flag. Rows
+ * without a NaN get the same bits: ties between +0 and -0 were already
+ * free (nsz), and a row of -inf still gives m = -inf. */
+
+static bool region_result(fj_rg *r, fj_vid v)
+{
+	for (uint32_t j = 0; j < r->body->nresults; j++)
+		if (r->body->results[j] == v)
+			return true;
+	return false;
+}
+
+/* Do reductions a and b reduce the same dims (each a list of dims of the
+ * same operand rank)? */
+static bool same_reduced(fj_rg *r, const fj_node *a, const fj_node *b)
+{
+	int rank = vrank(r, a->opnds[0]);
+	if (vrank(r, b->opnds[0]) != rank)
+		return false;
+	uint32_t mask[2] = {0, 0};
+	const fj_node *n[2] = {a, b};
+	for (int k = 0; k < 2; k++) {
+		const fj_attr *dims = nattr(r, n[k], "dims");
+		if (!dims || dims->kind != FJ_AK_LIST)
+			return false;
+		for (uint32_t i = 0; i < dims->n; i++) {
+			int64_t d = list_item(dims, i, -1);
+			d += d < 0 ? rank : 0;
+			if (d < 0 || d >= rank)
+				return false;
+			mask[k] |= 1u << d;
+		}
+	}
+	return mask[0] == mask[1];
+}
+
+/* Is v = x - broadcast_in_dim(m), x being m's operand? */
+static bool minus_this_max(fj_rg *r, fj_vid v, const fj_node *m)
+{
+	const fj_node *s = def_node(r, v);
+	if (!s || s->op != FJ_OP_PRIMS_SUB || s->opnds[0] != m->opnds[0] || !minus_row_max(r, v))
+		return false;
+	return def_node(r, def_node(r, s->opnds[1])->opnds[0]) == m;
+}
+
+/* Is v NaN at every point of a row where s = sum(exp(x - m)) over m's dims
+ * is: a broadcast of s along those dims, or a unary op of such a value? */
+static bool carries_sum(fj_rg *r, fj_vid v, const fj_node *m)
+{
+	for (int depth = 0; depth < 8; depth++) {
+		fj_vid e = row_value(r, v, FJ_OP_PRIMS_SUM);
+		const fj_node *u = def_node(r, v);
+		if (e != FJ_NOVAL) {
+			const fj_node *en = def_node(r, e);
+			return en && en->op == FJ_OP_PRIMS_EXP && minus_this_max(r, en->opnds[0], m) &&
+			       same_reduced(r, def_node(r, u->opnds[0]), m);
+		}
+		if (!u || (u->op != FJ_OP_PRIMS_LOG && u->op != FJ_OP_PRIMS_EXP && u->op != FJ_OP_PRIMS_NEG &&
+		           u->op != FJ_OP_PRIMS_SQRT && u->op != FJ_OP_PRIMS_RSQRT && u->op != FJ_OP_PRIMS_RECIPROCAL))
+			return false;
+		v = u->opnds[0];
+	}
+	return false;
+}
+
+/* Is node u, which reads v, an arithmetic op of v and a value that
+ * carries_sum? */
+static bool beside_sum(fj_rg *r, const fj_node *u, fj_vid v, const fj_node *m)
+{
+	if (u->op != FJ_OP_PRIMS_ADD && u->op != FJ_OP_PRIMS_SUB && u->op != FJ_OP_PRIMS_MUL &&
+	    u->op != FJ_OP_PRIMS_DIV)
+		return false;
+	fj_vid other = u->opnds[0] == v ? u->opnds[1] : u->opnds[0];
+	return other != v && carries_sum(r, other, m);
+}
+
+/* Does every reader of v pass ok(r, reader, v, m)? v is no region result. */
+static bool readers_ok(fj_rg *r, fj_vid v, const fj_node *m,
+                       bool (*ok)(fj_rg *r, const fj_node *u, fj_vid v, const fj_node *m))
+{
+	if (region_result(r, v))
+		return false;
+	for (uint32_t i = 0; i < r->body->nnodes; i++) {
+		const fj_node *u = &r->body->nodes[i];
+		for (uint32_t k = 0; k < u->nopnds; k++)
+			if (u->opnds[k] == v && !ok(r, u, v, m))
+				return false;
+	}
+	return true;
+}
+
+/* a reader of e = exp(x - m): the row sum, or beside it */
+static bool exp_reader(fj_rg *r, const fj_node *u, fj_vid e, const fj_node *m)
+{
+	if (u->op == FJ_OP_PRIMS_SUM)
+		return u->opnds[0] == e && same_reduced(r, u, m);
+	return beside_sum(r, u, e, m);
+}
+
+/* a reader of d = x - m: its exp, or beside the sum */
+static bool shifted_reader(fj_rg *r, const fj_node *u, fj_vid d, const fj_node *m)
+{
+	if (u->op == FJ_OP_PRIMS_EXP)
+		return readers_ok(r, u->res[0], m, exp_reader);
+	return beside_sum(r, u, d, m);
+}
+
+/* a reader of broadcast_in_dim(m): x - it */
+static bool shift_reader(fj_rg *r, const fj_node *u, fj_vid b, const fj_node *m)
+{
+	(void)b;
+	return minus_this_max(r, u->res[0], m) && readers_ok(r, u->res[0], m, shifted_reader);
+}
+
+/* a reader of m: its broadcast */
+static bool max_reader(fj_rg *r, const fj_node *u, fj_vid v, const fj_node *m)
+{
+	(void)v;
+	return u->op == FJ_OP_PRIMS_BROADCAST_IN_DIM && readers_ok(r, u->res[0], m, shift_reader);
+}
+
+bool fj_rg_max_skips_nan(fj_rg *r, const fj_node *red)
+{
+	return red->op == FJ_OP_PRIMS_AMAX && readers_ok(r, red->res[0], red, max_reader);
+}
+
 /* e / s as q = e (1/s) corrected by its residual: q + (e - q s) (1/s), the
  * residual exact by an FMA. With 1/s rounded to nearest and q within an ulp
  * of e / s, that is e / s rounded to nearest (Markstein's theorem) unless
