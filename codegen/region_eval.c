@@ -442,11 +442,12 @@ bool fj_rg_recip_sum(fj_rg *r, const fj_node *red)
  * and with it every output of the row; but x - m is NaN at the NaN itself
  * whatever m is, so s is NaN, and an output that combines x - m or
  * exp(x - m) with s in an arithmetic op is NaN too. Where that is all m
- * is used for, the max may skip NaNs: one vmaxps per vector, where
- * llvm.maximum's NaN handling takes vcmpunordps and vblendvps beside it
- * (five uops on AVX2) and AVX-512 a mask compare and a NaN flag. Rows
- * without a NaN get the same bits: ties between +0 and -0 were already
- * free (nsz), and a row of -inf still gives m = -inf. */
+ * is used for, the max may skip NaNs: two vmaxps per vector (region_host_
+ * inner.c, block_minmax_step), where llvm.maximum's NaN handling takes
+ * vcmpunordps and vblendvps beside its vmaxps (five uops on AVX2) and
+ * AVX-512 a mask compare, a select and a NaN flag. Rows without a NaN get
+ * the same bits: ties between +0 and -0 were already free (nsz), and a row
+ * of -inf still gives m = -inf. */
 
 static bool region_result(fj_rg *r, fj_vid v)
 {
