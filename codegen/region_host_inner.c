@@ -180,14 +180,11 @@ static void prefetch_rows(hctx *h, const LLVMValueRef *idx, LLVMValueRef k0, LLV
 		lw.step = c64(h, KBLOCK);
 		w = lw.iv;
 	}
-	LLVMValueRef lo = k0, hi = k1;
-	if (h->pf_n > 1) {
+	LLVMValueRef lo = k0, hi = k1; /* one pass, one window: all of it */
+	if (h->pf_n > 1 || span > KBLOCK) { /* the slice of window w, within [k0, k1) */
 		lo = LLVMBuildNSWAdd(BB, w, c64(h, from), "");
 		lo = LLVMBuildSelect(BB, LLVMBuildICmp(BB, LLVMIntSLT, lo, k0, ""), k0, lo, "");
 		hi = imin(h, LLVMBuildNSWAdd(BB, w, c64(h, to), ""), k1);
-	} else if (span > KBLOCK) { /* the whole window */
-		lo = LLVMBuildSelect(BB, LLVMBuildICmp(BB, LLVMIntSLT, w, k0, ""), k0, w, "");
-		hi = imin(h, LLVMBuildNSWAdd(BB, w, c64(h, KBLOCK), ""), k1);
 	}
 	for (uint32_t i = 0; i < h->body->nparams; i++) {
 		const fj_cg_operand *o = &h->in[i];
