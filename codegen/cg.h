@@ -98,8 +98,8 @@ typedef struct fj_cg_target {
 	/* host x86: run the float matmul micro-kernels with MXCSR's DAZ and FTZ
 	 * set (region_matmul.c: flush_begin) */
 	bool matmul_flush;
-	/* host, 512-bit vectors: the float matmul's K block and its C tile in
-	 * micro-panels (MC / MR, NC / NR); 0: region_matmul.c's defaults */
+	/* host: the float matmul's K block and its C tile in micro-panels
+	 * (MC / MR, NC / NR) for vector_bits; 0: region_matmul.c's defaults */
 	int matmul_kc, matmul_mc_panels, matmul_nc_panels;
 } fj_cg_target;
 

@@ -217,7 +217,7 @@ static void plan(mm *m)
 	m->mc = 8 * m->mr;
 	m->nc = 8 * m->nr;
 	const fj_cg_target *tg = cg->target;
-	if (bits == 512 && tg->matmul_kc > 0) { /* backend_host/jit.c measures it */
+	if (tg->matmul_kc > 0) { /* backend_host/jit.c measures it */
 		m->kc = tg->matmul_kc;
 		m->mc = tg->matmul_mc_panels * m->mr;
 		m->nc = tg->matmul_nc_panels * m->nr;
