@@ -313,6 +313,8 @@ void fj_rt_program_set_threads(fj_rt_program *p, int n)
 		return;
 	int all = fj_host_thread_count(p->ctx);
 	p->threads = n > 0 && n < all ? n : all;
+	if (p->fused) /* an unfused graph runs as its fused copy */
+		fj_rt_program_set_threads(p->fused, n);
 }
 
 const int64_t *fj_rt_program_value_dims(const fj_rt_program *p, fj_vid v)

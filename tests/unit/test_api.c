@@ -3,6 +3,7 @@
  * allocated, training, and out-of-memory at every allocation of a whole
  * parse + compile + run. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -740,6 +741,79 @@ START_TEST(test_host_stream_alignment)
 }
 END_TEST
 
+/* fj_compile_options.threads bounds the threads of every kernel's run, also
+ * where fj_compile fuses an aten graph at run time (the runtime's fused copy
+ * of it once ignored the bound and ran on all of the context's threads): a
+ * counting runner sees none of a one-thread program's runs, and the parallel
+ * loops of a program of more ask it for 2 threads or more, never more than
+ * the program's. */
+static atomic_int api_runner_calls, api_runner_most;
+
+static void api_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
+{
+	(void)flags;
+	atomic_fetch_add(&api_runner_calls, 1);
+	int most = atomic_load(&api_runner_most);
+	while ((int)nthreads > most && !atomic_compare_exchange_weak(&api_runner_most, &most, (int)nthreads))
+		;
+	for (unsigned i = 0; i < nthreads; i++) /* the bodies one after another: the work is the same */
+		body(arg);
+}
+
+START_TEST(test_compile_threads)
+{
+	enum { M = 256, K = 128, N = 256 };
+	const char *src = "graph @g(%a: f32[256,128], %b: f32[128,256]) {\n  %c = aten.mm(%a, %b)\n"
+	                  "  %d = aten.relu(%c)\n  %e = aten.exp(%a)\n  return %d, %e\n}\n";
+	float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+	float *d = malloc(M * N * sizeof *d), *e = malloc(M * K * sizeof *e), *d1 = malloc(M * N * sizeof *d1);
+	ck_assert(a && b && d && e && d1);
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)(i % 13) / 13.0f - 0.5f;
+	for (int i = 0; i < K * N; i++)
+		b[i] = (float)(i % 7) / 7.0f - 0.5f;
+	fj_tensor in[2] = {desc(a, FJ_TYPE_F32, 2, M, K), desc(b, FJ_TYPE_F32, 2, K, N)};
+	for (int threads = 1; threads <= 3; threads++) {
+		fj_context *ctx = new_ctx();
+		ck_assert_int_eq(fj_context_set_option(ctx, "threads", "4"), FJ_OK);
+		fj_context_set_parallel_runner(ctx, api_runner);
+		fj_module *m;
+		ck_assert_int_eq(fj_module_parse(ctx, src, strlen(src), "t.fj", &m), FJ_OK);
+		fj_compile_options o;
+		fj_compile_options_init(&o);
+		o.executor = FJ_EXECUTOR_HOST;
+		o.threads = threads;
+		fj_program *p = NULL;
+		ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_OK);
+		fj_program_stats st;
+		fj_program_stats_init(&st);
+		ck_assert_int_eq(fj_program_stats_get(p, &st), FJ_OK);
+		ck_assert_int_eq(st.threads, threads);
+		atomic_store(&api_runner_calls, 0);
+		atomic_store(&api_runner_most, 0);
+		fj_tensor out[2] = {desc(threads == 1 ? d1 : d, FJ_TYPE_F32, 2, M, N), desc(e, FJ_TYPE_F32, 2, M, K)};
+		ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+		int calls = atomic_load(&api_runner_calls);
+		if (threads == 1)
+			ck_assert_int_eq(calls, 0);
+		else {
+			ck_assert_int_gt(calls, 0);
+			ck_assert_int_ge(atomic_load(&api_runner_most), 2);
+			ck_assert_int_le(atomic_load(&api_runner_most), threads);
+			ck_assert_int_eq(memcmp(d, d1, M * N * sizeof *d), 0); /* tiles are summed alike */
+		}
+		fj_program_destroy(p);
+		fj_module_destroy(m);
+		fj_context_destroy(ctx);
+	}
+	free(a);
+	free(b);
+	free(d);
+	free(e);
+	free(d1);
+}
+END_TEST
+
 /* Out of memory at the n-th allocation of parse + compile + run: an error,
  * never a crash or a leak. Every n up to 60, then a sample up to success. */
 START_TEST(test_alloc_failures)
@@ -871,6 +945,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_options);
 	tcase_add_test(tc, test_host_target_options);
 	tcase_add_test(tc, test_host_stream_alignment);
+	tcase_add_test(tc, test_compile_threads);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
 	return s;
