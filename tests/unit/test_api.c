@@ -3,6 +3,7 @@
  * allocated, training, and out-of-memory at every allocation of a whole
  * parse + compile + run. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -749,6 +750,19 @@ END_TEST
  * the program's. */
 static atomic_int api_runner_calls, api_runner_most;
 
+typedef struct api_body {
+	void (*body)(void *);
+	void *arg;
+} api_body;
+
+static void *api_body_main(void *p)
+{
+	api_body *b = p;
+	b->body(b->arg);
+	return NULL;
+}
+
+/* body on nthreads threads, this one among them (the runner's contract) */
 static void api_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
 {
 	(void)flags;
@@ -756,8 +770,14 @@ static void api_runner(void (*body)(void *), void *arg, unsigned nthreads, unsig
 	int most = atomic_load(&api_runner_most);
 	while ((int)nthreads > most && !atomic_compare_exchange_weak(&api_runner_most, &most, (int)nthreads))
 		;
-	for (unsigned i = 0; i < nthreads; i++) /* the bodies one after another: the work is the same */
-		body(arg);
+	api_body b = {body, arg};
+	pthread_t tid[8];
+	ck_assert_uint_le(nthreads, 8);
+	for (unsigned i = 1; i < nthreads; i++)
+		ck_assert_int_eq(pthread_create(&tid[i], NULL, api_body_main, &b), 0);
+	body(arg);
+	for (unsigned i = 1; i < nthreads; i++)
+		pthread_join(tid[i], NULL);
 }
 
 START_TEST(test_compile_threads)
