@@ -2,11 +2,44 @@
  * (CTest registers one test per suite). Fork mode, so a crash fails a test.
  * Exits 1 when a test failed or none ran, else 77 when a test skipped
  * (fj_test_skip; CTest's SKIP_RETURN_CODE), else 0. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include "test.h"
+
+atomic_int fj_test_runner_calls, fj_test_runner_threads, fj_test_runner_most;
+
+typedef struct runner_thread {
+	void (*body)(void *);
+	void *arg;
+} runner_thread;
+
+static void *runner_main(void *v)
+{
+	runner_thread *t = v;
+	t->body(t->arg);
+	return NULL;
+}
+
+void fj_test_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
+{
+	ck_assert_uint_eq(flags, 0);
+	ck_assert_uint_le(nthreads, 16);
+	atomic_fetch_add(&fj_test_runner_calls, 1);
+	atomic_fetch_add(&fj_test_runner_threads, (int)nthreads);
+	int most = atomic_load(&fj_test_runner_most);
+	while ((int)nthreads > most && !atomic_compare_exchange_weak(&fj_test_runner_most, &most, (int)nthreads))
+		;
+	pthread_t tid[16];
+	runner_thread t = {body, arg};
+	for (unsigned i = 1; i < nthreads; i++)
+		ck_assert_int_eq(pthread_create(&tid[i], NULL, runner_main, &t), 0);
+	body(arg);
+	for (unsigned i = 1; i < nthreads; i++)
+		pthread_join(tid[i], NULL);
+}
 
 void *fj_test_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize)
 {

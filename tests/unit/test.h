@@ -3,6 +3,7 @@
 #define FJ_TEST_H
 
 #include <check.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,13 @@ typedef struct fj_test_alloc {
 	size_t live;
 } fj_test_alloc;
 void *fj_test_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* A parallel runner of fj_parallel_runner's documented contract: body on
+ * nthreads threads (16 at most), the caller one of them, back when all have
+ * returned. It counts its calls, the bodies it started and the most threads
+ * one call asked for. */
+extern atomic_int fj_test_runner_calls, fj_test_runner_threads, fj_test_runner_most;
+void fj_test_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags);
 
 /* The directory of tests/ (FJ_TEST_DATA), for data files. */
 const char *fj_test_data_dir(void);

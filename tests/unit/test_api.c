@@ -3,8 +3,6 @@
  * allocated, training, and out-of-memory at every allocation of a whole
  * parse + compile + run. */
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -39,7 +37,8 @@ static fj_tensor desc(void *data, fj_scalar_type dt, int rank, int64_t d0, int64
 	return t;
 }
 
-static fj_program *compile_text(fj_context *ctx, const char *src, fj_executor ex, int training)
+/* ... on at most `threads` threads (0: all) */
+static fj_program *compile_threads(fj_context *ctx, const char *src, fj_executor ex, int training, int threads)
 {
 	fj_module *m;
 	ck_assert_int_eq(fj_module_parse(ctx, src, strlen(src), "t.fj", &m), FJ_OK);
@@ -47,6 +46,7 @@ static fj_program *compile_text(fj_context *ctx, const char *src, fj_executor ex
 	fj_compile_options_init(&o);
 	o.executor = ex;
 	o.training = training;
+	o.threads = threads;
 	fj_program *p = NULL;
 	fj_status st = fj_compile(ctx, m, &o, &p);
 	if (st != FJ_OK)
@@ -54,6 +54,11 @@ static fj_program *compile_text(fj_context *ctx, const char *src, fj_executor ex
 	ck_assert_int_eq(st, FJ_OK);
 	fj_module_destroy(m);
 	return p;
+}
+
+static fj_program *compile_text(fj_context *ctx, const char *src, fj_executor ex, int training)
+{
+	return compile_threads(ctx, src, ex, training, 0);
 }
 
 START_TEST(test_version)
@@ -748,38 +753,6 @@ END_TEST
  * counting runner sees none of a one-thread program's runs, and the parallel
  * loops of a program of more ask it for 2 threads or more, never more than
  * the program's. */
-static atomic_int api_runner_calls, api_runner_most;
-
-typedef struct api_body {
-	void (*body)(void *);
-	void *arg;
-} api_body;
-
-static void *api_body_main(void *p)
-{
-	api_body *b = p;
-	b->body(b->arg);
-	return NULL;
-}
-
-/* body on nthreads threads, this one among them (the runner's contract) */
-static void api_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
-{
-	(void)flags;
-	atomic_fetch_add(&api_runner_calls, 1);
-	int most = atomic_load(&api_runner_most);
-	while ((int)nthreads > most && !atomic_compare_exchange_weak(&api_runner_most, &most, (int)nthreads))
-		;
-	api_body b = {body, arg};
-	pthread_t tid[8];
-	ck_assert_uint_le(nthreads, 8);
-	for (unsigned i = 1; i < nthreads; i++)
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, api_body_main, &b), 0);
-	body(arg);
-	for (unsigned i = 1; i < nthreads; i++)
-		pthread_join(tid[i], NULL);
-}
-
 START_TEST(test_compile_threads)
 {
 	enum { M = 256, K = 128, N = 256 };
@@ -796,34 +769,26 @@ START_TEST(test_compile_threads)
 	for (int threads = 1; threads <= 3; threads++) {
 		fj_context *ctx = new_ctx();
 		ck_assert_int_eq(fj_context_set_option(ctx, "threads", "4"), FJ_OK);
-		fj_context_set_parallel_runner(ctx, api_runner);
-		fj_module *m;
-		ck_assert_int_eq(fj_module_parse(ctx, src, strlen(src), "t.fj", &m), FJ_OK);
-		fj_compile_options o;
-		fj_compile_options_init(&o);
-		o.executor = FJ_EXECUTOR_HOST;
-		o.threads = threads;
-		fj_program *p = NULL;
-		ck_assert_int_eq(fj_compile(ctx, m, &o, &p), FJ_OK);
+		fj_context_set_parallel_runner(ctx, fj_test_runner);
+		fj_program *p = compile_threads(ctx, src, FJ_EXECUTOR_HOST, 0, threads);
 		fj_program_stats st;
 		fj_program_stats_init(&st);
 		ck_assert_int_eq(fj_program_stats_get(p, &st), FJ_OK);
 		ck_assert_int_eq(st.threads, threads);
-		atomic_store(&api_runner_calls, 0);
-		atomic_store(&api_runner_most, 0);
+		atomic_store(&fj_test_runner_calls, 0);
+		atomic_store(&fj_test_runner_most, 0);
 		fj_tensor out[2] = {desc(threads == 1 ? d1 : d, FJ_TYPE_F32, 2, M, N), desc(e, FJ_TYPE_F32, 2, M, K)};
 		ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
-		int calls = atomic_load(&api_runner_calls);
+		int calls = atomic_load(&fj_test_runner_calls);
 		if (threads == 1)
 			ck_assert_int_eq(calls, 0);
 		else {
 			ck_assert_int_gt(calls, 0);
-			ck_assert_int_ge(atomic_load(&api_runner_most), 2);
-			ck_assert_int_le(atomic_load(&api_runner_most), threads);
+			ck_assert_int_ge(atomic_load(&fj_test_runner_most), 2);
+			ck_assert_int_le(atomic_load(&fj_test_runner_most), threads);
 			ck_assert_int_eq(memcmp(d, d1, M * N * sizeof *d), 0); /* tiles are summed alike */
 		}
 		fj_program_destroy(p);
-		fj_module_destroy(m);
 		fj_context_destroy(ctx);
 	}
 	free(a);

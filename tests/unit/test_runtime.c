@@ -325,39 +325,7 @@ START_TEST(test_pool)
 }
 END_TEST
 
-/* ---- an embedder's runner instead of the pool ---- */
-
-static atomic_int runner_calls;   /* runs of test_runner */
-static atomic_int runner_threads; /* bodies it started */
-
-typedef struct runner_thread {
-	void (*body)(void *);
-	void *arg;
-} runner_thread;
-
-static void *runner_main(void *v)
-{
-	runner_thread *t = v;
-	t->body(t->arg);
-	return NULL;
-}
-
-/* A runner of the documented contract: body on nthreads threads, the caller
- * one of them, back when all have returned. */
-static void test_runner(void (*body)(void *), void *arg, unsigned nthreads, unsigned flags)
-{
-	ck_assert_uint_eq(flags, 0);
-	atomic_fetch_add(&runner_calls, 1);
-	atomic_fetch_add(&runner_threads, (int)nthreads);
-	pthread_t tid[16];
-	runner_thread t = {body, arg};
-	unsigned n = nthreads < 16 ? nthreads : 16;
-	for (unsigned i = 1; i < n; i++)
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, runner_main, &t), 0);
-	body(arg);
-	for (unsigned i = 1; i < n; i++)
-		pthread_join(tid[i], NULL);
-}
+/* ---- an embedder's runner instead of the pool (fj_test_runner, main.c) ---- */
 
 typedef struct nest_arg {
 	fj_context *ctx;
@@ -371,9 +339,9 @@ static int32_t nest_task(void *varg, int64_t lo, int64_t hi)
 	nest_arg *a = varg;
 	(void)lo;
 	(void)hi;
-	int before = atomic_load(&runner_calls);
+	int before = atomic_load(&fj_test_runner_calls);
 	int32_t rc = fj_host_parallel_for(a->ctx, 4, 100000, 1000, pool_task, a->inner);
-	if (atomic_load(&runner_calls) != before)
+	if (atomic_load(&fj_test_runner_calls) != before)
 		rc = 99; /* the nested job went to the runner */
 	atomic_fetch_or(&a->inner_rc, rc);
 	return 0;
@@ -383,21 +351,21 @@ START_TEST(test_parallel_runner)
 {
 	fj_context *ctx = fj_context_create(NULL, NULL);
 	ck_assert_int_eq(fj_context_set_option(ctx, "threads", "4"), FJ_OK);
-	fj_context_set_parallel_runner(ctx, test_runner);
+	fj_context_set_parallel_runner(ctx, fj_test_runner);
 	ck_assert_int_eq(fj_host_thread_count(ctx), 4);
 	enum { N = 100000 };
 	atomic_int *hits = calloc(N, sizeof *hits);
-	atomic_store(&runner_calls, 0);
-	atomic_store(&runner_threads, 0);
+	atomic_store(&fj_test_runner_calls, 0);
+	atomic_store(&fj_test_runner_threads, 0);
 	check_jobs(ctx, hits, N);
-	ck_assert_int_eq(atomic_load(&runner_calls), 20 + 2);
-	ck_assert_int_eq(atomic_load(&runner_threads), 4 * (20 + 2));
+	ck_assert_int_eq(atomic_load(&fj_test_runner_calls), 20 + 2);
+	ck_assert_int_eq(atomic_load(&fj_test_runner_threads), 4 * (20 + 2));
 	/* one chunk's worth, or threads = 1: the caller, no runner */
 	pool_arg s = {hits, 0, -1};
 	ck_assert_int_eq(fj_host_parallel_for(ctx, 4, 500, 1000, pool_task, &s), 0);
 	ck_assert_int_eq(fj_host_parallel_for(ctx, 1, N, 1000, pool_task, &s), 0);
 	ck_assert_int_eq(atomic_load(&s.calls), 2);
-	ck_assert_int_eq(atomic_load(&runner_calls), 22);
+	ck_assert_int_eq(atomic_load(&fj_test_runner_calls), 22);
 	/* a job started inside a body runs on that thread */
 	pool_arg inner = {hits, 0, -1};
 	memset(hits, 0, N * sizeof *hits);
@@ -407,9 +375,9 @@ START_TEST(test_parallel_runner)
 	ck_assert_int_eq(atomic_load(&inner.calls), 8);
 	/* NULL: the pool again */
 	fj_context_set_parallel_runner(ctx, NULL);
-	int calls = atomic_load(&runner_calls);
+	int calls = atomic_load(&fj_test_runner_calls);
 	check_jobs(ctx, hits, N);
-	ck_assert_int_eq(atomic_load(&runner_calls), calls);
+	ck_assert_int_eq(atomic_load(&fj_test_runner_calls), calls);
 	/* GOMP_parallel itself, where libgomp is installed (the bridge passes PyTorch's) */
 	void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (gomp) {
