@@ -6,13 +6,14 @@
  * LIB_A and LIB_B are two builds' libfusejit.so (the same path twice: an
  * A/A run, the noise floor). Each is dlopen'ed on its own (RTLD_LOCAL: its
  * fj_* symbols stay out of the global scope, so each copy's calls bind to
- * itself; both share one libLLVM), compiles GRAPH's
- * first graph for the host executor in its own context, and runs it on the
- * same inputs (floats uniform in [-1, 1), integers and bools 0) into its own
- * preallocated outputs. Then pairs of runs, A and B in turn (which goes first
- * alternates), for S seconds (default 10), after 3 warm-up pairs; with
- * --flush, a memcpy of MIB MiB before every run, as fusejit-run --bench's
- * copy baseline evicts the caches between its runs.
+ * itself; both share one libLLVM), compiles GRAPH's first graph for the
+ * host executor in its own context (--threads: the programs' bound,
+ * fj_compile_options.threads; default 0, all of the context's), and runs it
+ * on the same inputs (f32 and f64 uniform in [-1, 1), other types 0) into
+ * its own preallocated outputs. Then pairs of runs, A and B in turn (which
+ * goes first alternates), for S seconds (default 10), after 3 warm-up
+ * pairs; with --flush, a memcpy of MIB MiB before every run, as
+ * fusejit-run --bench's copy baseline evicts the caches between its runs.
  *
  * Why: on a shared VM the speed of the machine drifts by 5-10 % from minute
  * to minute, so two builds timed by turns in separate processes (bench/run,
@@ -24,9 +25,9 @@
  *
  * Prints one line: each build's median and fastest run (ms), the ratio's
  * median and quartiles, the pairs, and the relative L2 difference of the two
- * builds' float outputs (they should compute the same thing; NaNs in the
- * same places agree). Exit status 1 with one message on any error. It needs
- * only the public header and the dynamic loader. */
+ * builds' f32 and f64 outputs (they should compute the same thing; NaNs
+ * in the same places agree). Exit status 1 with one message on any error.
+ * It needs only the public header and the dynamic loader. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -120,7 +121,7 @@ static void load(build *b, const char *graph, int threads)
 		die_lib(b);
 }
 
-/* A tensor of info's type, zeroed, or NULL data for 0 bytes. */
+/* A zeroed tensor of vi's type (one byte at least: data is never NULL). */
 static void alloc_tensor(fj_tensor *t, const fj_value_info *vi, const char *what)
 {
 	memset(t, 0, sizeof *t);
