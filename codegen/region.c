@@ -76,7 +76,7 @@ static bool is_opaque(fj_op op)
 	}
 }
 
-static uint32_t red_mask(const fj_context *ctx, const fj_node *n, int rank)
+uint32_t fj_rg_red_mask(const fj_context *ctx, const fj_node *n, int rank)
 {
 	if (n->op == FJ_OP_PRIMS_ARGMAX || n->op == FJ_OP_PRIMS_ARGMIN) {
 		int64_t d = fj_attr_as_int(fj_node_attr(ctx, n, "dim"));
@@ -471,12 +471,12 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			}
 			cls = FJ_RG_COL;
 		} else if (io && is_reduction(bn->op) && b->values[bn->opnds[0]].type.rank > 0 &&
-		           !(red_mask(ctx, bn, b->values[bn->opnds[0]].type.rank) &
+		           !(fj_rg_red_mask(ctx, bn, b->values[bn->opnds[0]].type.rank) &
 		             (1u << (b->values[bn->opnds[0]].type.rank - 1)))) {
 			/* persistent_inner_outer: a reduction that keeps D's innermost
 			 * dim is an outer one (a column sum) */
 			const fj_type *t = &b->values[bn->opnds[0]].type;
-			uint32_t km = red_mask(ctx, bn, t->rank);
+			uint32_t km = fj_rg_red_mask(ctx, bn, t->rank);
 			if (bn->op != FJ_OP_PRIMS_SUM) {
 				st = fj_error_status(ctx, FJ_ERR_UNSUPPORTED, bn->loc,
 				                     "fusion.kernel: persistent_inner_outer: an outer reduction other than prims.sum");
@@ -503,7 +503,7 @@ fj_status fj_rg_analyze(fj_context *ctx, const fj_graph *g, uint32_t node, fj_rg
 			continue;
 		} else if (is_reduction(bn->op)) {
 			const fj_type *t = &b->values[bn->opnds[0]].type;
-			uint32_t km = red_mask(ctx, bn, t->rank);
+			uint32_t km = fj_rg_red_mask(ctx, bn, t->rank);
 			if (!a->dom) {
 				a->dom = t;
 				a->dom_v = bn->opnds[0];

@@ -457,28 +457,12 @@ static bool region_result(fj_rg *r, fj_vid v)
 	return false;
 }
 
-/* Do reductions a and b reduce the same dims (each a list of dims of the
- * same operand rank)? */
+/* Do reductions a and b reduce the same dims of operands of one rank? */
 static bool same_reduced(fj_rg *r, const fj_node *a, const fj_node *b)
 {
 	int rank = vrank(r, a->opnds[0]);
-	if (vrank(r, b->opnds[0]) != rank)
-		return false;
-	uint32_t mask[2] = {0, 0};
-	const fj_node *n[2] = {a, b};
-	for (int k = 0; k < 2; k++) {
-		const fj_attr *dims = nattr(r, n[k], "dims");
-		if (!dims || dims->kind != FJ_AK_LIST)
-			return false;
-		for (uint32_t i = 0; i < dims->n; i++) {
-			int64_t d = list_item(dims, i, -1);
-			d += d < 0 ? rank : 0;
-			if (d < 0 || d >= rank)
-				return false;
-			mask[k] |= 1u << d;
-		}
-	}
-	return mask[0] == mask[1];
+	return vrank(r, b->opnds[0]) == rank &&
+	       fj_rg_red_mask(r->cg->ctx, a, rank) == fj_rg_red_mask(r->cg->ctx, b, rank);
 }
 
 /* Is v = x - broadcast_in_dim(m), x being m's operand? */
@@ -623,9 +607,8 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
 static bool exp_clamp_exact(fj_rg *r, fj_vid v, fj_vid z)
 {
 	const fj_graph *b = r->body;
-	for (uint32_t j = 0; j < b->nresults; j++)
-		if (b->results[j] == v)
-			return false;
+	if (region_result(r, v))
+		return false;
 	uint32_t uses = 0;
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];

@@ -17,6 +17,10 @@ static inline int norm_dim(int64_t d, int rank)
 	return d < 0 || d >= rr ? 0 : (int)d;
 }
 
+/* The dims reduction n reduces of its rank-`rank` operand, as a bit mask
+ * (region.c). */
+uint32_t fj_rg_red_mask(const fj_context *ctx, const fj_node *n, int rank);
+
 static inline bool same_dims(const fj_type *a, const fj_type *b)
 {
 	if (a->rank != b->rank)
