@@ -111,6 +111,59 @@ static LLVMValueRef operand_at(bwt *t, fj_vid v, LLVMValueRef b, LLVMValueRef ro
 
 /* ---- packing ---- */
 
+/* One run of pack_runs: dst[i] = the element (a0 + i, k) for i < pw;
+ * `clamp`: a past na (or k past nk, !kin) stores 0, from an element read
+ * at the last a (and k). */
+static void pack_run(bwt *t, fj_vid v, bool swap, LLVMValueRef b, LLVMValueRef dst, int pw, LLVMValueRef a0,
+                     LLVMValueRef k, LLVMValueRef na, bool clamp, LLVMValueRef kin)
+{
+	fj_cg *cg = t->cg;
+	LLVMValueRef alast = LLVMBuildNSWSub(BB, na, k64(t, 1), "");
+	fj_cg_loop li;
+	fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, pw), clamp ? "rac" : "ra");
+	fj_rg_scope_push(t->r);
+	LLVMValueRef a = add(t, a0, li.iv);
+	LLVMValueRef ac = clamp ? smin(t, a, alast) : a;
+	LLVMValueRef e = swap ? operand_at(t, v, b, k, ac) : operand_at(t, v, b, ac, k);
+	if (clamp)
+		e = LLVMBuildSelect(BB, LLVMBuildAnd(BB, kin, lt(t, a, na), ""), e, zero(t), "");
+	st(t, at(t, dst, li.iv), e);
+	fj_rg_scope_pop(t->r);
+	fj_cg_loop_end(cg, &li);
+}
+
+/* pack's order for a v whose elements lie along a (fj_rg_fast_dim: K, Q
+ * and dO read in place as the Y's): per k, each panel's run of pw a's,
+ * read and stored at unit stride, a vector loop; the panels with every
+ * a < na and k < nk unclamped. (The transposing order below read each
+ * element a row apart and stored it pw apart: ~8 % of the backward of
+ * 8 x [512, 64] on one thread.) */
+static void pack_runs(bwt *t, fj_vid v, bool swap, LLVMValueRef b, LLVMValueRef dst, int pw, LLVMValueRef na,
+                      LLVMValueRef nap, LLVMValueRef nk, LLVMValueRef nkp)
+{
+	fj_cg *cg = t->cg;
+	LLVMValueRef klast = LLVMBuildNSWSub(BB, nk, k64(t, 1), "");
+	LLVMValueRef full = LLVMBuildUDiv(BB, na, k64(t, pw), "");
+	fj_cg_loop lk, lp;
+	fj_cg_loop_begin(cg, &lk, k64(t, 0), nkp, "rk");
+	fj_rg_scope_push(t->r);
+	LLVMValueRef kin = lt(t, lk.iv, nk), kc = smin(t, lk.iv, klast);
+	fj_cg_loop_begin(cg, &lp, k64(t, 0), LLVMBuildUDiv(BB, nap, k64(t, pw), ""), "rp");
+	fj_rg_scope_push(t->r);
+	LLVMValueRef run = at(t, dst, add(t, mul(t, lp.iv, mul(t, nkp, k64(t, pw))), mul(t, lk.iv, k64(t, pw))));
+	LLVMValueRef a0 = mul(t, lp.iv, k64(t, pw));
+	fj_cg_if c;
+	fj_cg_if_begin(cg, &c, LLVMBuildAnd(BB, kin, lt(t, lp.iv, full), ""));
+	pack_run(t, v, swap, b, run, pw, a0, kc, na, false, kin);
+	fj_cg_if_else(cg, &c);
+	pack_run(t, v, swap, b, run, pw, a0, kc, na, true, kin);
+	fj_cg_if_end(cg, &c);
+	fj_rg_scope_pop(t->r);
+	fj_cg_loop_end(cg, &lp);
+	fj_rg_scope_pop(t->r);
+	fj_cg_loop_end(cg, &lk);
+}
+
 /* dst[(a / pw) * nkp * pw + k * pw + a % pw] = v's element (a, k) of batch
  * b for a < na, k < nk, else 0; a over [0, nap), k over [0, nkp). The
  * element (a, k) is v at (b, a, k), or with `swap` at (b, k, a). */
@@ -121,6 +174,11 @@ static void pack(bwt *t, fj_vid v, bool swap, LLVMValueRef b, LLVMValueRef dst, 
 	fj_cg_if any;
 	fj_cg_if_begin(cg, &any, LLVMBuildAnd(BB, LLVMBuildICmp(BB, LLVMIntSGT, na, k64(t, 0), ""),
 	                                      LLVMBuildICmp(BB, LLVMIntSGT, nk, k64(t, 0), ""), ""));
+	if (fj_rg_fast_dim(t->r, v) == (swap ? t->rank - 1 : t->rank - 2)) {
+		pack_runs(t, v, swap, b, dst, pw, na, nap, nk, nkp);
+		fj_cg_if_end(cg, &any);
+		return;
+	}
 	LLVMValueRef alast = LLVMBuildNSWSub(BB, na, k64(t, 1), ""), klast = LLVMBuildNSWSub(BB, nk, k64(t, 1), "");
 	fj_cg_loop la, lk;
 	fj_cg_loop_begin(cg, &la, k64(t, 0), nap, "pa");

@@ -30,7 +30,7 @@
  *       unit strides (row-major, each k would store to MC rows at once);
  *   Cb  the tile's accumulators, MC x NC (f32, or f64 for f64 matmuls).
  * The packing loops run the operand's unit-stride dim innermost when its
- * layout is known (fast_dim: a region operand, through transposes and
+ * layout is known (fj_rg_fast_dim: a region operand, through transposes and
  * converts), so a transposed B (linear's weight) is read along its unit
  * stride too (its stores are then strided: that loop is kept scalar,
  * cheaper than scatters, and blocked to stay in L1; a transposed A changes
@@ -150,7 +150,40 @@ bool fj_rg_host_matmul_handles(const fj_rg_analysis *a)
 	       fj_dtype_is_float(tm->dtype) && a->vals[b->results[0]].in_d;
 }
 
-static int fast_dim(mm *m, fj_vid v, int depth);
+static int fast_dim_at(const fj_rg *r, fj_vid v, int depth)
+{
+	const fj_rg_analysis *a = r->a;
+	const fj_graph *g = a->body;
+	for (; depth < 8; depth++) {
+		const fj_rg_value *x = &a->vals[v];
+		int rank = g->values[v].type.rank;
+		if (x->cls == FJ_RG_INPUT)
+			return rank - 1;
+		if (x->cls != FJ_RG_FULL || x->node == FJ_NONODE)
+			return -1;
+		const fj_node *n = &g->nodes[x->node];
+		if (n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE) {
+			v = n->opnds[0];
+			continue;
+		}
+		if (n->op != FJ_OP_PRIMS_TRANSPOSE)
+			return -1;
+		int f = fast_dim_at(r, n->opnds[0], depth + 1);
+		const fj_attr *perm = fj_node_attr(r->cg->ctx, n, "perm");
+		if (f < 0 || !perm || perm->kind != FJ_AK_LIST || perm->n != (uint32_t)rank)
+			return -1;
+		for (int i = 0; i < rank; i++) {
+			int64_t d = perm->u.items[i].kind == FJ_AK_INT ? perm->u.items[i].u.i : -1;
+			if ((d < 0 ? d + rank : d) == f)
+				return i;
+		}
+		return -1;
+	}
+	return -1;
+}
+
+/* (region_matmul.h) */
+int fj_rg_fast_dim(const fj_rg *r, fj_vid v) { return fast_dim_at(r, v, 0); }
 
 /* Is v a region operand X, or X's transpose (its last two dims swapped),
  * read in place? X's index (*swap: the transpose), or -1. */
@@ -234,7 +267,7 @@ static void plan(mm *m)
 	 * pack_a_panels' k groups): 768 x 1024 x 3072 (A = dY^T, K x M = 1024 x
 	 * 768) 17.4 -> 16.5 ms, 3072 x 1024 x 768 17.1 -> 15.9; AVX2 27.9 ->
 	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101. */
-	m->apanel = fast_dim(m, m->av, 0) == m->rank - 2;
+	m->apanel = fj_rg_fast_dim(m->r, m->av) == m->rank - 2;
 	if (m->apanel && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) && LLVMIsAConstantInt(m->N)) {
 		int64_t wide = APANEL_NC / m->nr * m->nr, k = LLVMConstIntGetSExtValue(m->K);
 		int64_t mt = (LLVMConstIntGetSExtValue(m->M) + m->mc - 1) / m->mc;
@@ -306,43 +339,6 @@ static LLVMValueRef or_zero(mm *m, LLVMValueRef ok, LLVMValueRef x)
 static void store_elem(mm *m, LLVMValueRef ptr, LLVMValueRef x)
 {
 	LLVMSetAlignment(LLVMBuildStore(BB, x, ptr), (unsigned)m->esz);
-}
-
-/* The dim of body value v along which neighbouring indices read
- * neighbouring memory, following transposes and converts back to a region
- * operand (row-major: its last dim); -1 when unknown (computed values). It
- * picks the order of the packing loops: unit-stride reads vectorise, strided
- * ones become gathers. (At most 8 transposes and converts deep.) */
-static int fast_dim(mm *m, fj_vid v, int depth)
-{
-	const fj_rg_analysis *a = m->r->a;
-	const fj_graph *g = a->body;
-	for (; depth < 8; depth++) {
-		const fj_rg_value *x = &a->vals[v];
-		int rank = g->values[v].type.rank;
-		if (x->cls == FJ_RG_INPUT)
-			return rank - 1;
-		if (x->cls != FJ_RG_FULL || x->node == FJ_NONODE)
-			return -1;
-		const fj_node *n = &g->nodes[x->node];
-		if (n->op == FJ_OP_PRIMS_CONVERT_ELEMENT_TYPE) {
-			v = n->opnds[0];
-			continue;
-		}
-		if (n->op != FJ_OP_PRIMS_TRANSPOSE)
-			return -1;
-		int f = fast_dim(m, n->opnds[0], depth + 1);
-		const fj_attr *perm = fj_node_attr(m->cg->ctx, n, "perm");
-		if (f < 0 || !perm || perm->kind != FJ_AK_LIST || perm->n != (uint32_t)rank)
-			return -1;
-		for (int i = 0; i < rank; i++) {
-			int64_t d = perm->u.items[i].kind == FJ_AK_INT ? perm->u.items[i].u.i : -1;
-			if ((d < 0 ? d + rank : d) == f)
-				return i;
-		}
-		return -1;
-	}
-	return -1;
 }
 
 /* Packs B micro-panels [jr0, jr1) of columns jc + jr*NR ... into Bp: panel
@@ -483,7 +479,7 @@ static void pack_bt_direct(mm *m, LLVMValueRef jc, LLVMValueRef nfull)
  * without clamping. */
 static void pack_b(mm *m, LLVMValueRef b, LLVMValueRef jc, LLVMValueRef njr)
 {
-	bool k_inner = fast_dim(m, m->bv, 0) == m->rank - 2;
+	bool k_inner = fj_rg_fast_dim(m->r, m->bv) == m->rank - 2;
 	if (k_inner && m->bt_in < 0) { /* the clamp is invariant in the inner loop: one loop nest */
 		pack_b_panels(m, b, jc, c64(m, 0), njr, true, true);
 		return;

@@ -19,6 +19,14 @@ typedef struct fj_rg_host_mm {
 	void *ud;
 } fj_rg_host_mm;
 
+/* The dim of body value v along which neighbouring indices read
+ * neighbouring memory, following transposes and converts back to a region
+ * operand (row-major: its last dim); -1 when unknown (computed values). It
+ * picks the order of the packing loops (the matmul's and the attention
+ * backward's): unit-stride reads vectorise, strided ones become gathers or
+ * scalar copies. (At most 8 transposes and converts deep.) */
+int fj_rg_fast_dim(const fj_rg *r, fj_vid v);
+
 /* The register-blocked micro-kernel, shared with the attention template
  * (region_host_attention.c): C (= 0 when `first`, an i1) += A x B over kl
  * (i64) k's, C an MR x NRV*W block kept in MR*NRV vector registers: per k,
