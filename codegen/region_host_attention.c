@@ -26,8 +26,8 @@
  *       (NaN-propagating, as prims.amax), m' = max(m, block max),
  *       e = the region's own E = exp(X - MX) with MX bound to m' (to 0
  *       when m' is -inf: a row masked so far adds nothing), kept in Sb;
- *       a = exp(m - m'), l = l a + sum(e), Oa row *= a (two rows at a
- *       time through each loop over the keys: softmax_rows);
+ *       a = exp(m - m'), l = l a + sum(e), Oa row *= a (in three passes
+ *       over the rows: see "the online softmax of a block" below);
  *   Oa += Sb x Vp (the micro-kernel again, k over the block's keys), left
  *       out when no row of the tile has a key of the block that is not -inf
  *       (a causal mask's upper blocks) and the block's V is finite (vfin,
@@ -59,7 +59,7 @@
  * kernel compiled in 290-360 ms instead of 325-450 (it is one kernel where
  * the three it replaces compiled in parallel), and ran as fast (Zen 4, 2
  * threads, [8,512,64]: 3.10-3.19 against 3.16-3.52 ms). */
-enum { MB = 24, NB = 128, IL = 2, SR = 2 };
+enum { MB = 24, NB = 128, IL = 2 };
 
 typedef struct att {
 	hctx *h;
@@ -73,8 +73,8 @@ typedef struct att {
 	LLVMTypeRef f32;
 	LLVMValueRef batch, M, N, Dk, Dv, Dvp, npan; /* npan: key panels (N rounded up to NR, / NR) */
 	LLVMValueRef vpan;      /* value panels: Dv' / NR */
-	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, vfin;
-	LLVMValueRef bmax[SR], bnan[SR], lsum[SR]; /* variables per row of softmax_rows: a block's max, its NaN flag, its sum */
+	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, bm, ms, alpha, vfin; /* bm, ms, alpha: per row, softmax's pass 1 -> 2 -> 3 */
+	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
 	LLVMValueRef live;      /* variable (i8): a row of the tile has a key of the block that is not -inf */
 	bool precheck;          /* blocks X masks whatever the scores are skipped whole (mask_precheck) */
 	LLVMValueRef nlive;     /* variable (f32): the points of such a block left live */
@@ -228,109 +228,141 @@ static void x_point(att *t, fj_rg_point *p, const LLVMValueRef *lead, LLVMValueR
 	p->lin = add(t, mul(t, add(t, mul(t, b, t->M), row), t->N), col);
 }
 
-/* A NaN-propagating max step (prims.amax) of row q: NaNs are flagged and
- * skipped, so that the loop-carried compare is a plain vmaxps
- * (region_host_inner.c's block accumulators do the same). */
-static void max_step(att *t, int q, LLVMValueRef x)
+/* A NaN-propagating max step (prims.amax): NaNs are flagged and skipped, so
+ * that the loop-carried compare is a plain vmaxps (region_host_inner.c's
+ * block accumulators do the same). */
+static void max_step(att *t, LLVMValueRef x)
 {
 	fj_cg *cg = t->cg;
 	LLVMValueRef isnan = LLVMBuildFCmp(BB, LLVMRealUNO, x, x, "");
 	LLVMValueRef xs = LLVMBuildSelect(BB, isnan, f32c(t, -INFINITY), x, "");
-	LLVMValueRef acc = fj_cg_get(cg, t->bmax[q], t->f32);
+	LLVMValueRef acc = fj_cg_get(cg, t->bmax, t->f32);
 	LLVMValueRef better = LLVMBuildFCmp(BB, LLVMRealOGT, xs, acc, "");
 	LLVMValueRef next = LLVMBuildSelect(BB, better, xs, acc, "");
 	LLVMSetFastMathFlags(better, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
 	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-	fj_cg_set(cg, t->bmax[q], next);
-	fj_cg_set(cg, t->bnan[q], LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->bnan[q], cg->t_i8), ""));
+	fj_cg_set(cg, t->bmax, next);
+	fj_cg_set(cg, t->bnan, LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, t->bnan, cg->t_i8), ""));
 }
 
-/* Rows rr .. rr + nq - 1 (of the tile; rows row .. of batch b) of the
- * block of keys [jc, jc + nlen): scores -> weights in Sb, m, l and the
- * rows of Oa. The rows share the two loops over the keys: each row's work
- * after its max (a horizontal max, the scalar exp of m - m', then the
- * exp pass and a horizontal sum) is one long chain, and two rows' chains
- * side by side keep the FMA ports busy where one left them waiting. */
-static void softmax_rows(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row, int nq,
-                         LLVMValueRef jc, LLVMValueRef nlen)
+/* The online softmax of a block runs in three passes over the tile's
+ * rows. A row's work is two loops over the keys, each ending in a
+ * horizontal max or sum, with scalar steps between them (m', the exp of
+ * m - m'): one long chain per row, and one row at a time from start to
+ * end left the FMA ports waiting on it. Here the scalar steps run for
+ * all the rows at once (pass 2, a loop the vectoriser widens), and the
+ * rows' loops over the keys (passes 1 and 3) depend on nothing of the
+ * row before. Sapphire Rapids, 8 x [512, 64], alternating processes: 1
+ * thread 4.72-4.82 -> 4.26-4.37 ms, 2 threads 2.37-2.46 -> 2.17-2.20
+ * (two rows per loop over the keys as well: as fast, and 13 % longer to
+ * compile). */
+
+/* Pass 1, row rr of the tile (row `row` of batch b): the score chain at
+ * each score of the block of keys [jc, jc + nlen), kept in Sb, and the
+ * row's block max in bm (NaN when a score is NaN, as prims.amax); `live`
+ * notes a row that has a key that is not -inf. */
+static void chain_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row,
+                      LLVMValueRef jc, LLVMValueRef nlen)
 {
 	fj_cg *cg = t->cg;
 	fj_rg *r = t->r;
-	int w = t->us.w;
-	LLVMValueRef srow[SR], rows[SR], msafe[SR], alpha[SR], mnew[SR];
-	for (int q = 0; q < nq; q++) {
-		srow[q] = at(t, t->sb, mul(t, add(t, rr, k64(t, q)), k64(t, NB)));
-		rows[q] = add(t, row, k64(t, q));
-		/* the score chain, and the block's max */
-		fj_cg_set(cg, t->bmax[q], f32c(t, -INFINITY));
-		fj_cg_set(cg, t->bnan[q], LLVMConstInt(cg->t_i8, 0, 0));
-	}
+	LLVMValueRef srow = at(t, t->sb, mul(t, rr, k64(t, NB)));
+	fj_cg_set(cg, t->bmax, f32c(t, -INFINITY));
+	fj_cg_set(cg, t->bnan, LLVMConstInt(cg->t_i8, 0, 0));
 	fj_cg_loop lj;
 	fj_cg_loop_begin(cg, &lj, k64(t, 0), nlen, "sx");
-	for (int q = 0; q < nq; q++) {
-		fj_rg_scope_push(r);
-		LLVMValueRef sp = at(t, srow[q], lj.iv);
-		fj_rg_bind(r, t->m.s, ld(t, sp));
-		fj_rg_point p;
-		x_point(t, &p, lead, b, rows[q], add(t, jc, lj.iv));
-		LLVMValueRef x = fj_rg_eval_as(r, t->m.x, &p, FJ_DT_F32);
-		st(t, sp, x);
-		max_step(t, q, x);
-		fj_rg_bind(r, t->m.s, NULL);
-		fj_rg_scope_pop(r);
-	}
+	fj_rg_scope_push(r);
+	LLVMValueRef sp = at(t, srow, lj.iv);
+	fj_rg_bind(r, t->m.s, ld(t, sp));
+	fj_rg_point p;
+	x_point(t, &p, lead, b, row, add(t, jc, lj.iv));
+	LLVMValueRef x = fj_rg_eval_as(r, t->m.x, &p, FJ_DT_F32);
+	st(t, sp, x);
+	max_step(t, x);
+	fj_rg_bind(r, t->m.s, NULL);
+	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lj);
-	fj_cg_loop_hints(cg, &lj, w, IL);
-	for (int q = 0; q < nq; q++) {
-		LLVMValueRef anynan = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->bnan[q], cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
-		LLVMValueRef bm = LLVMBuildSelect(BB, anynan, f32c(t, NAN), fj_cg_get(cg, t->bmax[q], t->f32), "");
-		LLVMValueRef dead = LLVMBuildFCmp(BB, LLVMRealOEQ, bm, f32c(t, -INFINITY), ""); /* false for NaN */
-		fj_cg_set(cg, t->live, LLVMBuildSelect(BB, dead, fj_cg_get(cg, t->live, cg->t_i8), LLVMConstInt(cg->t_i8, 1, 0), ""));
-		LLVMValueRef mold = ld(t, at(t, t->mrow, add(t, rr, k64(t, q))));
-		/* m' = max(m, block max), NaN from either side */
-		LLVMValueRef keep = LLVMBuildOr(BB, LLVMBuildFCmp(BB, LLVMRealUNO, mold, mold, ""),
-		                                LLVMBuildFCmp(BB, LLVMRealOGT, mold, bm, ""), "");
-		mnew[q] = LLVMBuildSelect(BB, keep, mold, bm, "");
-		msafe[q] = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, LLVMRealOEQ, mnew[q], f32c(t, -INFINITY), ""), f32c(t, 0),
-		                           mnew[q], "");
-		alpha[q] = fj_cg_math1(cg, FJ_MATH_EXP, LLVMBuildFSub(BB, mold, msafe[q], ""));
-		fj_cg_set(cg, t->lsum[q], f32c(t, 0));
-	}
-	/* the weights: the region's E at each score, MX bound to m' */
+	fj_cg_loop_hints(cg, &lj, t->us.w, IL);
+	LLVMValueRef anynan = LLVMBuildICmp(BB, LLVMIntNE, fj_cg_get(cg, t->bnan, cg->t_i8), LLVMConstInt(cg->t_i8, 0, 0), "");
+	LLVMValueRef bm = LLVMBuildSelect(BB, anynan, f32c(t, NAN), fj_cg_get(cg, t->bmax, t->f32), "");
+	LLVMValueRef dead = LLVMBuildFCmp(BB, LLVMRealOEQ, bm, f32c(t, -INFINITY), ""); /* false for NaN */
+	fj_cg_set(cg, t->live, LLVMBuildSelect(BB, dead, fj_cg_get(cg, t->live, cg->t_i8), LLVMConstInt(cg->t_i8, 1, 0), ""));
+	st(t, at(t, t->bm, rr), bm);
+}
+
+/* Pass 2, every row of the tile: m' = max(m, block max), NaN from either
+ * side; MS = m' (0 when m' is -inf: a row masked so far adds nothing) and
+ * alpha = exp(m - MS) kept for pass 3; m = m'. */
+static void rescale_rows(att *t, LLVMValueRef mlen)
+{
+	fj_cg *cg = t->cg;
+	fj_cg_loop lr;
+	fj_cg_loop_begin(cg, &lr, k64(t, 0), mlen, "sm");
+	LLVMValueRef mp = at(t, t->mrow, lr.iv), mold = ld(t, mp), bm = ld(t, at(t, t->bm, lr.iv));
+	LLVMValueRef keep = LLVMBuildOr(BB, LLVMBuildFCmp(BB, LLVMRealUNO, mold, mold, ""),
+	                                LLVMBuildFCmp(BB, LLVMRealOGT, mold, bm, ""), "");
+	LLVMValueRef mnew = LLVMBuildSelect(BB, keep, mold, bm, "");
+	LLVMValueRef msafe = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, LLVMRealOEQ, mnew, f32c(t, -INFINITY), ""), f32c(t, 0),
+	                                     mnew, "");
+	st(t, at(t, t->ms, lr.iv), msafe);
+	st(t, at(t, t->alpha, lr.iv), fj_cg_math1(cg, FJ_MATH_EXP, LLVMBuildFSub(BB, mold, msafe, "")));
+	st(t, mp, mnew);
+	fj_cg_loop_end(cg, &lr);
+}
+
+/* Pass 3, row rr: the weights, the region's E at each score with MX bound
+ * to the row's MS, kept in Sb; l = l alpha + sum(e) and the row of Oa
+ * times alpha. */
+static void weight_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row,
+                       LLVMValueRef jc, LLVMValueRef nlen)
+{
+	fj_cg *cg = t->cg;
+	fj_rg *r = t->r;
+	LLVMValueRef srow = at(t, t->sb, mul(t, rr, k64(t, NB)));
+	fj_rg_bind(r, t->m.mx, ld(t, at(t, t->ms, rr)));
+	fj_cg_set(cg, t->lsum, f32c(t, 0));
 	fj_cg_loop le;
 	fj_cg_loop_begin(cg, &le, k64(t, 0), nlen, "se");
-	for (int q = 0; q < nq; q++) {
-		fj_rg_scope_push(r);
-		fj_rg_bind(r, t->m.mx, msafe[q]);
-		LLVMValueRef ep = at(t, srow[q], le.iv);
-		fj_rg_point p;
-		x_point(t, &p, lead, b, rows[q], add(t, jc, le.iv));
-		fj_rg_bind_at(r, t->m.x, &p, ld(t, ep));
-		LLVMValueRef e = fj_rg_eval_as(r, t->m.e, &p, FJ_DT_F32);
-		st(t, ep, e);
-		LLVMValueRef sum = LLVMBuildFAdd(BB, fj_cg_get(cg, t->lsum[q], t->f32), e, "");
-		LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
-		fj_cg_set(cg, t->lsum[q], sum);
-		fj_rg_bind(r, t->m.mx, NULL);
-		fj_rg_scope_pop(r);
-	}
+	fj_rg_scope_push(r);
+	LLVMValueRef ep = at(t, srow, le.iv);
+	fj_rg_point p;
+	x_point(t, &p, lead, b, row, add(t, jc, le.iv));
+	fj_rg_bind_at(r, t->m.x, &p, ld(t, ep));
+	LLVMValueRef e = fj_rg_eval_as(r, t->m.e, &p, FJ_DT_F32);
+	st(t, ep, e);
+	LLVMValueRef sum = LLVMBuildFAdd(BB, fj_cg_get(cg, t->lsum, t->f32), e, "");
+	LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
+	fj_cg_set(cg, t->lsum, sum);
+	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &le);
-	fj_cg_loop_hints(cg, &le, w, IL);
-	for (int q = 0; q < nq; q++) {
-		LLVMValueRef mp = at(t, t->mrow, add(t, rr, k64(t, q))), lp = at(t, t->lrow, add(t, rr, k64(t, q)));
-		st(t, lp, LLVMBuildFAdd(BB, LLVMBuildFMul(BB, ld(t, lp), alpha[q], ""), fj_cg_get(cg, t->lsum[q], t->f32), ""));
-		st(t, mp, mnew[q]);
-		/* Oa's row times alpha: NR columns in each panel */
-		fj_cg_loop lv, lc;
-		fj_cg_loop_begin(cg, &lv, k64(t, 0), t->vpan, "apan");
-		LLVMValueRef orow = at(t, t->oa, add(t, mul(t, lv.iv, k64(t, (int64_t)MB * t->nr)),
-		                                     mul(t, add(t, rr, k64(t, q)), k64(t, t->nr))));
-		fj_cg_loop_begin(cg, &lc, k64(t, 0), k64(t, t->nr), "acol");
-		LLVMValueRef op = at(t, orow, lc.iv);
-		st(t, op, LLVMBuildFMul(BB, ld(t, op), alpha[q], ""));
-		fj_cg_loop_end(cg, &lc);
-		fj_cg_loop_end(cg, &lv);
-	}
+	fj_cg_loop_hints(cg, &le, t->us.w, IL);
+	fj_rg_bind(r, t->m.mx, NULL);
+	LLVMValueRef lp = at(t, t->lrow, rr), alpha = ld(t, at(t, t->alpha, rr));
+	st(t, lp, LLVMBuildFAdd(BB, LLVMBuildFMul(BB, ld(t, lp), alpha, ""), fj_cg_get(cg, t->lsum, t->f32), ""));
+	/* Oa's row times alpha: NR columns in each panel */
+	fj_cg_loop lv, lc;
+	fj_cg_loop_begin(cg, &lv, k64(t, 0), t->vpan, "apan");
+	LLVMValueRef orow = at(t, t->oa, add(t, mul(t, lv.iv, k64(t, (int64_t)MB * t->nr)), mul(t, rr, k64(t, t->nr))));
+	fj_cg_loop_begin(cg, &lc, k64(t, 0), k64(t, t->nr), "acol");
+	LLVMValueRef op = at(t, orow, lc.iv);
+	st(t, op, LLVMBuildFMul(BB, ld(t, op), alpha, ""));
+	fj_cg_loop_end(cg, &lc);
+	fj_cg_loop_end(cg, &lv);
+}
+
+typedef void row_fn(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row, LLVMValueRef jc,
+                    LLVMValueRef nlen);
+
+/* fn over the tile's rows i0 .. i0 + mlen of batch b. */
+static void each_row(att *t, row_fn *fn, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen,
+                     LLVMValueRef jc, LLVMValueRef nlen)
+{
+	fj_cg_loop lr;
+	fj_cg_loop_begin(t->cg, &lr, k64(t, 0), mlen, "srow");
+	fj_rg_scope_push(t->r);
+	fn(t, lead, b, lr.iv, add(t, i0, lr.iv), jc, nlen);
+	fj_rg_scope_pop(t->r);
+	fj_cg_loop_end(t->cg, &lr);
 }
 
 /* The row values of a logsumexp beside the softmax (ir/attention.c) at
@@ -467,22 +499,9 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 	fj_cg_loop_end(cg, &ljr);
 	fj_cg_loop_end(cg, &lir);
 	fj_cg_set(cg, t->live, LLVMConstInt(cg->t_i8, 0, 0));
-	/* the rows SR at a time, then the rest one by one. Sapphire Rapids,
-	 * 8 x [512, 64], alternating processes: 1 thread 4.14-4.23 -> 3.91-4.20
-	 * ms (SR 2; 3 and 4 measured the same), 2 threads 2.17-2.22 -> 2.11-2.17 */
-	LLVMValueRef rfull = mul(t, LLVMBuildUDiv(BB, mlen, k64(t, SR), ""), k64(t, SR));
-	fj_cg_loop lr, l1;
-	fj_cg_loop_begin(cg, &lr, k64(t, 0), rfull, "srow");
-	lr.step = k64(t, SR);
-	fj_rg_scope_push(r);
-	softmax_rows(t, lead, b, lr.iv, add(t, i0, lr.iv), SR, jc, nlen);
-	fj_rg_scope_pop(r);
-	fj_cg_loop_end(cg, &lr);
-	fj_cg_loop_begin(cg, &l1, rfull, mlen, "srow1");
-	fj_rg_scope_push(r);
-	softmax_rows(t, lead, b, l1.iv, add(t, i0, l1.iv), 1, jc, nlen);
-	fj_rg_scope_pop(r);
-	fj_cg_loop_end(cg, &l1);
+	each_row(t, chain_row, lead, b, i0, mlen, jc, nlen);
+	rescale_rows(t, mlen);
+	each_row(t, weight_row, lead, b, i0, mlen, jc, nlen);
 	/* weights x V, unless every row's keys in this block are -inf (a causal
 	 * mask's upper blocks) and V is finite there: the weights are then all
 	 * exactly 0 and the products add nothing (0 x inf would be NaN) */
@@ -533,7 +552,7 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 /* ---- the kernel ---- */
 
 /* The block's parts (see the header); NULL when the allocation failed.
- * In floats: Sb (MB x NB), m and l (32 each), Oa (MB x Dv'), Qp (MB x Dk),
+ * In floats: Sb (MB x NB), m, l, bm, ms and alpha (32 each), Oa (MB x Dv'), Qp (MB x Dk),
  * then, from the next multiple of 16, Kp (N' x Dk, N' = N rounded up to
  * NR), Vp (N x Dv') and vfin (a byte per key block). Sb, m, l and Oa have
  * sizes that are multiples of 16 floats, so Sb, Oa and every NR-wide vector
@@ -541,7 +560,7 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
  * and Vp start at multiples of 16 and hold whole NR-wide vectors. */
 static LLVMValueRef alloc_block(att *t)
 {
-	int64_t fixed = (int64_t)MB * NB + 2 * 32;
+	int64_t fixed = (int64_t)MB * NB + 5 * 32;
 	LLVMValueRef kn = mul(t, t->npan, k64(t, t->nr));
 	LLVMValueRef q0 = add(t, k64(t, fixed), mul(t, t->Dvp, k64(t, MB)));
 	LLVMValueRef qend = add(t, q0, mul(t, k64(t, MB), t->Dk)); /* MB is a multiple of MR */
@@ -553,6 +572,9 @@ static LLVMValueRef alloc_block(att *t)
 	t->sb = blk;
 	t->mrow = at(t, blk, k64(t, (int64_t)MB * NB));
 	t->lrow = at(t, blk, k64(t, (int64_t)MB * NB + 32));
+	t->bm = at(t, blk, k64(t, (int64_t)MB * NB + 64));
+	t->ms = at(t, blk, k64(t, (int64_t)MB * NB + 96));
+	t->alpha = at(t, blk, k64(t, (int64_t)MB * NB + 128));
 	t->oa = at(t, blk, k64(t, fixed));
 	t->qp = at(t, blk, q0);
 	t->kp = at(t, blk, k0);
@@ -595,11 +617,9 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->uo.a_is = NB;
 	t->uo.a_ks = 1;
 	t->uo.c_rs = t->nr;
-	for (int q = 0; q < SR; q++) {
-		t->bmax[q] = fj_cg_var(cg, t->f32, NULL, "bmax");
-		t->bnan[q] = fj_cg_var(cg, cg->t_i8, NULL, "bnan");
-		t->lsum[q] = fj_cg_var(cg, t->f32, NULL, "lsum");
-	}
+	t->bmax = fj_cg_var(cg, t->f32, NULL, "bmax");
+	t->bnan = fj_cg_var(cg, cg->t_i8, NULL, "bnan");
+	t->lsum = fj_cg_var(cg, t->f32, NULL, "lsum");
 	t->live = fj_cg_var(cg, cg->t_i8, NULL, "live");
 	t->nlive = fj_cg_var(cg, t->f32, NULL, "nlive");
 	t->precheck = mask_precheck(t);
