@@ -43,8 +43,9 @@
  * kernels' (P = E / L rounded, then P V): results agree to the matmul's
  * tolerance, not bit for bit.
  *
- * Sizes: MR x NRV vectors per micro-tile as the matmul's (12 x 2 x 16 f32
- * with AVX-512, 6 x 2 x 8 with AVX2), MB = 24 rows, NB = 128 keys: Sb is
+ * Sizes: MR x NRV vectors per micro-tile (12 x 2 x 16 f32 with AVX-512,
+ * or 6 x 4 x 16 for most head sizes, see the kernel; 6 x 2 x 8 with
+ * AVX2), MB = 24 rows, NB = 128 keys: Sb is
  * 12 KiB, Oa 6 KiB for Dv = 64; Kp and Vp, N x Dk and N x Dv floats, stay
  * in L2 for a few thousand keys. An empty key dim (N = 0) is the softmax of
  * nothing: FJ_KERR_VALUE, as prims.amax of no element.
@@ -604,9 +605,27 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->ov = n2->res[0];
 	t->rank = vrank(h, t->ov);
 	t->xrank = vrank(h, t->m.x);
+	int d = t->rank - 2;
+	t->batch = d ? fj_rg_dim(r, t->ov, 0) : k64(t, 1);
+	t->M = fj_rg_dim(r, t->ov, d);
+	t->Dv = fj_rg_dim(r, t->ov, d + 1);
+	t->N = fj_rg_dim(r, t->kv, d + 1);
+	t->Dk = fj_rg_dim(r, t->qv, d + 1);
 	int bits = cg->target->vector_bits ? cg->target->vector_bits : 128;
 	t->mr = bits == 512 ? 12 : 6;
 	int nrv = 2;
+	/* AVX-512: 6 x 4 micro-tiles (64 keys, 64 columns of V) where Dv is
+	 * known and pads to no more columns than with 2 vectors (64, 128, 40,
+	 * not 16 or 80): fewer loads per multiply-add, 10 per 24 instead of
+	 * 14. Sapphire Rapids, 8 x [512, 64], alternating processes: 1 thread
+	 * 4.14-4.33 -> 4.01-4.28 ms, 2 threads 2.17-2.23 -> 2.06-2.20. */
+	if (bits == 512 && LLVMIsAConstantInt(t->Dv)) {
+		int64_t dv = LLVMConstIntGetSExtValue(t->Dv);
+		if ((dv + 63) / 64 * 64 == (dv + 31) / 32 * 32) {
+			t->mr = 6;
+			nrv = 4;
+		}
+	}
 	fj_rg_micro_init(cg, &t->us, FJ_DT_F32, t->mr, nrv);
 	t->nr = nrv * t->us.w;
 	t->us.a_is = 1;
@@ -623,12 +642,6 @@ fj_status fj_rh_tpl_attention(hctx *h)
 	t->live = fj_cg_var(cg, cg->t_i8, NULL, "live");
 	t->nlive = fj_cg_var(cg, t->f32, NULL, "nlive");
 	t->precheck = mask_precheck(t);
-	int d = t->rank - 2;
-	t->batch = d ? fj_rg_dim(r, t->ov, 0) : k64(t, 1);
-	t->M = fj_rg_dim(r, t->ov, d);
-	t->Dv = fj_rg_dim(r, t->ov, d + 1);
-	t->N = fj_rg_dim(r, t->kv, d + 1);
-	t->Dk = fj_rg_dim(r, t->qv, d + 1);
 	t->vpan = cdiv(t, t->Dv, t->nr);
 	t->Dvp = mul(t, t->vpan, k64(t, t->nr));
 	t->npan = cdiv(t, t->N, t->nr);
