@@ -74,7 +74,8 @@ typedef struct att {
 	LLVMTypeRef f32;
 	LLVMValueRef batch, M, N, Dk, Dv, Dvp, npan; /* npan: key panels (N rounded up to NR, / NR) */
 	LLVMValueRef vpan;      /* value panels: Dv' / NR */
-	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, bm, ms, alpha, vfin; /* bm, ms, alpha: per row, softmax's pass 1 -> 2 -> 3 */
+	LLVMValueRef kp, vp, qp, sb, oa, mrow, lrow, vfin;
+	LLVMValueRef bm, ms, alpha; /* per row: the softmax's block max, MS and exp(m - MS) (passes 1 -> 2 -> 3) */
 	LLVMValueRef bmax, bnan, lsum; /* variables: a block's max, its NaN flag, its sum */
 	LLVMValueRef live;      /* variable (i8): a row of the tile has a key of the block that is not -inf */
 	bool precheck;          /* blocks X masks whatever the scores are skipped whole (mask_precheck) */
@@ -351,8 +352,8 @@ static void weight_row(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMVal
 	fj_cg_loop_end(cg, &lv);
 }
 
-typedef void row_fn(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row, LLVMValueRef jc,
-                    LLVMValueRef nlen);
+typedef void row_fn(att *t, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef rr, LLVMValueRef row,
+                    LLVMValueRef jc, LLVMValueRef nlen);
 
 /* fn over the tile's rows i0 .. i0 + mlen of batch b. */
 static void each_row(att *t, row_fn *fn, const LLVMValueRef *lead, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen,
@@ -553,12 +554,13 @@ static void tile(att *t, LLVMValueRef b, LLVMValueRef i0, LLVMValueRef mlen)
 /* ---- the kernel ---- */
 
 /* The block's parts (see the header); NULL when the allocation failed.
- * In floats: Sb (MB x NB), m, l, bm, ms and alpha (32 each), Oa (MB x Dv'), Qp (MB x Dk),
- * then, from the next multiple of 16, Kp (N' x Dk, N' = N rounded up to
- * NR), Vp (N x Dv') and vfin (a byte per key block). Sb, m, l and Oa have
- * sizes that are multiples of 16 floats, so Sb, Oa and every NR-wide vector
- * of them are 64-byte aligned; Qp (MR-row panels) needs no alignment; Kp
- * and Vp start at multiples of 16 and hold whole NR-wide vectors. */
+ * In floats: Sb (MB x NB), m, l, bm, ms and alpha (32 each), Oa (MB x
+ * Dv'), Qp (MB x Dk), then, from the next multiple of 16, Kp (N' x Dk, N'
+ * = N rounded up to NR), Vp (N x Dv') and vfin (a byte per key block). Sb,
+ * the rows and Oa have sizes that are multiples of 16 floats, so Sb, Oa
+ * and every NR-wide vector of them are 64-byte aligned; Qp (MR-row
+ * panels) needs no alignment; Kp and Vp start at multiples of 16 and hold
+ * whole NR-wide vectors. */
 static LLVMValueRef alloc_block(att *t)
 {
 	int64_t fixed = (int64_t)MB * NB + 5 * 32;
