@@ -505,6 +505,9 @@ Suite *suite_passmgr(void)
 {
 	Suite *s = suite_create("passmgr");
 	TCase *tc = tcase_create("core");
+	/* the attention tests JIT-compile and run kernels on the host (~0.5 s
+	 * alone): check's default of 4 s expired once in a CI run under load */
+	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_registry);
 	tcase_add_test(tc, test_parse_good);
