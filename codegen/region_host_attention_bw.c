@@ -118,7 +118,7 @@ static void pack_run(bwt *t, fj_vid v, bool swap, LLVMValueRef b, LLVMValueRef d
                      LLVMValueRef k, LLVMValueRef na, bool clamp, LLVMValueRef kin)
 {
 	fj_cg *cg = t->cg;
-	LLVMValueRef alast = LLVMBuildNSWSub(BB, na, k64(t, 1), "");
+	LLVMValueRef alast = clamp ? LLVMBuildNSWSub(BB, na, k64(t, 1), "") : NULL;
 	fj_cg_loop li;
 	fj_cg_loop_begin(cg, &li, k64(t, 0), k64(t, pw), clamp ? "rac" : "ra");
 	fj_rg_scope_push(t->r);
