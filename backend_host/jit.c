@@ -181,6 +181,7 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 	 * kernels, which stream, reached 0.84-1.09. */
 	j->target.stream_pointwise =
 		s->host_stream == FJ_HOST_STREAM_AUTO ? x86_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
+	j->target.stream_matmul = j->target.stream_pointwise; /* measured in region_matmul.c (nt_plan) */
 	j->target.matmul_flush = x86_cpu();
 	/* The matmul's blocking on Intel cores: region_matmul.c's defaults (AVX-512:
 	 * KC 512, C tiles of 8 x 8 micro-panels; AVX2: KC 256, 8 x 8) were tuned

@@ -95,6 +95,9 @@ typedef struct fj_cg_target {
 	/* host: stream the large outputs of flat pointwise loops with
 	 * non-temporal stores (region_host_pointwise.c: stream_split) */
 	bool stream_pointwise;
+	/* host: stream the large outputs of the float matmul's epilogue with
+	 * non-temporal stores (region_matmul.c: nt_plan) */
+	bool stream_matmul;
 	/* host x86: run the float matmul micro-kernels with MXCSR's DAZ and FTZ
 	 * set (region_matmul.c: flush_begin) */
 	bool matmul_flush;

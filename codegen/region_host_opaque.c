@@ -20,6 +20,13 @@ static LLVMValueRef fmac(hctx *h, fj_dtype acc, LLVMValueRef a, LLVMValueRef b, 
 /* the epilogue of the packed template: every result at a point of D */
 static void store_d(void *ud, fj_rg_point *p) { fj_rh_store_outputs(ud, OUT_D, p); }
 
+/* result j stored at a point's index of D (fj_rh_store_result) */
+static bool store_d_by_index(void *ud, uint32_t j)
+{
+	hctx *h = ud;
+	return h->a->vals[h->body->results[j]].in_d;
+}
+
 fj_status fj_rh_tpl_matmul(hctx *h)
 {
 	fj_cg *cg = h->cg;
@@ -31,7 +38,8 @@ fj_status fj_rh_tpl_matmul(hctx *h)
 	if (rm < 2 || ra != rm || rb != rm || rm > 3 || !h->a->vals[b->results[0]].in_d)
 		return fj_cg_error(cg, FJ_ERR_UNSUPPORTED, h->a->node, "matmul region of ranks %d x %d -> %d", ra, rb, rm);
 	if (fj_rg_host_matmul_handles(h->a)) {
-		fj_rg_host_mm hm = {.k = h->k, .r = r, .lo = h->lo, .hi = h->hi, .store = store_d, .ud = h};
+		fj_rg_host_mm hm = {.k = h->k, .r = r, .lo = h->lo, .hi = h->hi, .store = store_d,
+		                    .out = h->out, .nout = h->k->nout, .by_index = store_d_by_index, .ud = h};
 		return fj_rg_host_matmul(cg, &hm);
 	}
 	fj_dtype mdt = b->values[mv].type.dtype;

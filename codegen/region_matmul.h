@@ -10,12 +10,19 @@
 /* What the caller (region_host.c) lends the template: the kernel, the
  * evaluator, the [lo, hi) parameters, and its epilogue: `store` stores every
  * result of the region at a point of D (with idx set), after the template
- * bound the matmul result to its value there (fj_rg_bind). */
+ * bound the matmul result to its value there (fj_rg_bind). `out` (nout
+ * views, may be NULL) are the views `store` writes the results through;
+ * where `by_index(ud, j)` says that result j is stored at the point's
+ * index in out[j] (of D's shape), the template may point out[j] at a row
+ * buffer of its own for a while and stream the rows out from there. */
 typedef struct fj_rg_host_mm {
 	fj_cg_kernel *k;
 	fj_rg *r;
 	LLVMValueRef lo, hi;
 	void (*store)(void *ud, fj_rg_point *p);
+	fj_cg_tensor *out;
+	uint32_t nout;
+	bool (*by_index)(void *ud, uint32_t j);
 	void *ud;
 } fj_rg_host_mm;
 

@@ -106,8 +106,9 @@ typedef struct fj_settings {
  * vector width of the host's loops (auto: the widest the features have). */
 enum { FJ_HOST_TARGET_NATIVE = 0, FJ_HOST_TARGET_AVX2 = 1 };
 enum { FJ_HOST_VECTOR_AUTO = 0, FJ_HOST_VECTOR_256 = 1, FJ_HOST_VECTOR_512 = 2 };
-/* host_stream: whether flat pointwise loops stream their large outputs with
- * non-temporal stores (auto: on x86, backend_host/jit.c). */
+/* host_stream: whether flat pointwise loops and the float matmul's epilogue
+ * stream their large outputs with non-temporal stores (auto: on x86,
+ * backend_host/jit.c). */
 enum { FJ_HOST_STREAM_AUTO = 0, FJ_HOST_STREAM_ON = 1, FJ_HOST_STREAM_OFF = 2 };
 
 /* nvptx_math: GPU math through libdevice (a kernel that needs it fails

@@ -154,10 +154,11 @@ FJ_API const char *fj_context_error(const fj_context *ctx);
  *                                              widest the target has: 512 with AVX-512), "256"
  *                                              or "512"; fixed at the first host compile
  *   host_stream       FUSEJIT_HOST_STREAM      host: whether pointwise kernels split among
- *                                              threads write outputs of 32 MiB or more with
- *                                              non-temporal stores, "auto" (on x86, off
- *                                              elsewhere), "on" or "off"; fixed at the first
- *                                              host compile
+ *                                              threads write outputs of 32 MiB or more, and
+ *                                              float matmuls' epilogues outputs of 2 MiB or
+ *                                              more, with non-temporal stores, "auto" (on
+ *                                              x86, off elsewhere), "on" or "off"; fixed at
+ *                                              the first host compile
  * ====================================================================== */
 
 /* Sets option name to value (NULL: back to its default). FJ_ERR_INVALID for

@@ -747,6 +747,64 @@ START_TEST(test_host_stream_alignment)
 }
 END_TEST
 
+/* host_stream on a matmul's epilogue (region_matmul.c: nt_plan): c = a b
+ * and d = relu(c) + 1, both 2 MiB or more, at caller outputs 64-byte
+ * aligned (streamed) and not (stored in place), with N x 4 bytes a
+ * multiple of 64 and not, on 3 threads with odd M and K: bit for bit as
+ * with host_stream off. */
+START_TEST(test_host_stream_matmul)
+{
+	enum { M = 301, K = 67, NMAX = 2048 };
+	static const int ns[] = {2048, 2040};
+	static const int off[][2] = {{0, 0}, {4, 0}, {0, 8}};
+	enum { DAT = (M * NMAX * sizeof(float) + 127) / 64 * 64, BUF = 2 * DAT };
+	float *a = malloc(M * K * sizeof *a), *b = malloc(K * NMAX * sizeof *b);
+	char *buf = aligned_alloc(64, BUF), *ref = malloc(BUF);
+	ck_assert(a && b && buf && ref);
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+	for (int i = 0; i < K * NMAX; i++)
+		b[i] = (float)((i * 53) % 97 - 48) / 48.0f;
+	for (size_t g = 0; g < FJ_ARRAY_LEN(ns); g++) {
+		int n = ns[g];
+		char src[512];
+		snprintf(src, sizeof src,
+		         "graph @g(%%a: f32[%d,%d], %%b: f32[%d,%d]) {\n  %%c = aten.mm(%%a, %%b)\n  %%r = aten.relu(%%c)\n"
+		         "  %%d = aten.add(%%r, 1.0)\n  return %%c, %%d\n}\n",
+		         M, K, K, n);
+		fj_tensor in[2] = {desc(a, FJ_TYPE_F32, 2, M, K), desc(b, FJ_TYPE_F32, 2, K, n)};
+		size_t bytes = (size_t)M * (size_t)n * sizeof(float);
+		for (int on = 0; on < 2; on++) {
+			fj_context *ctx = fj_context_create(NULL, NULL);
+			fj_context_set_cache(ctx, "off", 0);
+			ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", on ? "on" : "off"), FJ_OK);
+			ck_assert_int_eq(fj_context_set_option(ctx, "threads", "3"), FJ_OK);
+			fj_program *p = compile_text(ctx, src, FJ_EXECUTOR_HOST, 0);
+			for (size_t c = 0; c < (on ? FJ_ARRAY_LEN(off) : 1); c++) {
+				char *cp = buf + off[c][0], *dp = buf + DAT + off[c][1];
+				memset(buf, 0xff, BUF); /* NaNs */
+				fj_tensor out[2] = {desc(cp, FJ_TYPE_F32, 2, M, n), desc(dp, FJ_TYPE_F32, 2, M, n)};
+				ck_assert_int_eq(fj_program_run(p, in, 2, out, 2), FJ_OK);
+				if (!on) {
+					memcpy(ref, cp, bytes);
+					memcpy(ref + DAT, dp, bytes);
+					continue;
+				}
+				ck_assert_msg(memcmp(cp, ref, bytes) == 0, "c differs: N %d, offsets %d, %d", n, off[c][0], off[c][1]);
+				ck_assert_msg(memcmp(dp, ref + DAT, bytes) == 0, "d differs: N %d, offsets %d, %d", n, off[c][0],
+				              off[c][1]);
+			}
+			fj_program_destroy(p);
+			fj_context_destroy(ctx);
+		}
+	}
+	free(a);
+	free(b);
+	free(buf);
+	free(ref);
+}
+END_TEST
+
 /* fj_compile_options.threads bounds the threads of every kernel's run, also
  * where fj_compile fuses an aten graph at run time (the runtime's fused copy
  * of it once ignored the bound and ran on all of the context's threads): a
@@ -930,6 +988,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_options);
 	tcase_add_test(tc, test_host_target_options);
 	tcase_add_test(tc, test_host_stream_alignment);
+	tcase_add_test(tc, test_host_stream_matmul);
 	tcase_add_test(tc, test_compile_threads);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
