@@ -197,10 +197,16 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 	 * the passes over each A block; same CPU, one thread, the two builds
 	 * alternating in one process (~70-150 pairs, median of the pairs' speed
 	 * ratios): 1024^3 +1.2 %, 1024 x 768 x 3072 +2.9 %, 1024 x 3072 x 768
-	 * -0.5 %, the linear +2.3 %, the weight gradient +0.4 %. */
+	 * -0.5 %, the linear +2.3 %, the weight gradient +0.4 %. And twice as
+	 * tall (16 x 16, 96 x 256): each B panel, K x 256, is read once per 96
+	 * rows instead of 48, from L3 where K is 3072 (3 MiB); Intel Xeon
+	 * (Emerald Rapids), bench/matmul, two runs of each alternating, of the
+	 * FMA peak on one thread: 1024 x 3072 x 768 84-85 -> 86 %, the weight
+	 * gradients 768 x 1024 x 3072 83-84 -> 85-86 % and 3072 x 1024 x 768 83-84
+	 * -> 86-87 %, the other four shapes within a point. */
 	if (x86_cpu() && !amd_cpu(j->cpu) && want >= 256) {
 		j->target.matmul_kc = want == 512 ? 128 : 256;
-		j->target.matmul_mc_panels = want == 512 ? 32 : 8;
+		j->target.matmul_mc_panels = want == 512 ? 32 : 16;
 		j->target.matmul_nc_panels = want == 512 ? 4 : 16;
 	}
 	return FJ_OK;
