@@ -697,6 +697,17 @@ START_TEST(test_host_target_options)
 }
 END_TEST
 
+/* src compiled for the host in a new context (*ctx) with host_stream on or
+ * off, on 3 threads, without the disk cache */
+static fj_program *compile_streamed(fj_context **ctx, const char *src, bool on)
+{
+	*ctx = fj_context_create(NULL, NULL);
+	fj_context_set_cache(*ctx, "off", 0);
+	ck_assert_int_eq(fj_context_set_option(*ctx, "host_stream", on ? "on" : "off"), FJ_OK);
+	ck_assert_int_eq(fj_context_set_option(*ctx, "threads", "3"), FJ_OK);
+	return compile_text(*ctx, src, FJ_EXECUTOR_HOST, 0);
+}
+
 /* host_stream on caller outputs at any alignment: y = silu(x) and z = x * y
  * (33.6 MB together, streamed when split among threads) into buffers at
  * byte offsets 0, 4 (aligned alike: up to the first 64-byte aligned index
@@ -718,11 +729,8 @@ START_TEST(test_host_stream_alignment)
 		x[i] = (float)((i * 7919) % 2001 - 1000) / 100.0f;
 	fj_tensor in = desc(x, FJ_TYPE_F32, 1, N, 0);
 	for (int on = 0; on < 2; on++) {
-		fj_context *ctx = fj_context_create(NULL, NULL);
-		fj_context_set_cache(ctx, "off", 0);
-		ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", on ? "on" : "off"), FJ_OK);
-		ck_assert_int_eq(fj_context_set_option(ctx, "threads", "3"), FJ_OK);
-		fj_program *p = compile_text(ctx, src, FJ_EXECUTOR_HOST, 0);
+		fj_context *ctx;
+		fj_program *p = compile_streamed(&ctx, src, on);
 		for (size_t c = 0; c < (on ? FJ_ARRAY_LEN(off) : 1); c++) {
 			char *y = buf + off[c][0], *z = buf + ZAT + off[c][1];
 			memset(buf, 0xff, BUF); /* NaNs */
@@ -775,11 +783,8 @@ START_TEST(test_host_stream_matmul)
 		fj_tensor in[2] = {desc(a, FJ_TYPE_F32, 2, M, K), desc(b, FJ_TYPE_F32, 2, K, n)};
 		size_t bytes = (size_t)M * (size_t)n * sizeof(float);
 		for (int on = 0; on < 2; on++) {
-			fj_context *ctx = fj_context_create(NULL, NULL);
-			fj_context_set_cache(ctx, "off", 0);
-			ck_assert_int_eq(fj_context_set_option(ctx, "host_stream", on ? "on" : "off"), FJ_OK);
-			ck_assert_int_eq(fj_context_set_option(ctx, "threads", "3"), FJ_OK);
-			fj_program *p = compile_text(ctx, src, FJ_EXECUTOR_HOST, 0);
+			fj_context *ctx;
+			fj_program *p = compile_streamed(&ctx, src, on);
 			for (size_t c = 0; c < (on ? FJ_ARRAY_LEN(off) : 1); c++) {
 				char *cp = buf + off[c][0], *dp = buf + DAT + off[c][1];
 				memset(buf, 0xff, BUF); /* NaNs */
