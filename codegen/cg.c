@@ -378,6 +378,19 @@ void fj_cg_set_nontemporal(LLVMValueRef store)
 	                LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, &one, 1)));
 }
 
+void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines)
+{
+	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
+	fj_cg_loop l;
+	fj_cg_loop_begin(cg, &l, fj_cg_i64(cg, 0), lines, "nt");
+	LLVMValueRef v = LLVMBuildLoad2(cg->b, vty, LLVMBuildInBoundsGEP2(cg->b, vty, src, &l.iv, 1, ""), "");
+	LLVMSetAlignment(v, 64);
+	LLVMValueRef st = LLVMBuildStore(cg->b, v, LLVMBuildInBoundsGEP2(cg->b, vty, dst, &l.iv, 1, ""));
+	LLVMSetAlignment(st, 64);
+	fj_cg_set_nontemporal(st);
+	fj_cg_loop_end(cg, &l);
+}
+
 void fj_cg_stream_stores(LLVMModuleRef mod)
 {
 	LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);

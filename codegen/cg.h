@@ -194,6 +194,10 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
 #define FJ_CG_STREAM "fj-stream"
 /* Marks store instruction `store` !nontemporal. */
 void fj_cg_set_nontemporal(LLVMValueRef store);
+/* Copies `lines` 64-byte lines (an i64) from src to dst, both 64-byte
+ * aligned, with non-temporal stores (a row buffer streamed out; the caller
+ * fences before its kernel returns). */
+void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
  * fj_cg_mark_stream non-temporal. */

@@ -634,23 +634,13 @@ static LLVMValueRef row_offset(hctx *h, const fj_cg_tensor *o, const LLVMValueRe
 static void nt_copy(hctx *h, const ntplan *nt, int g, const LLVMValueRef *off, LLVMValueRef lo, LLVMValueRef hi)
 {
 	fj_cg *cg = h->cg;
-	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
 	for (int i = 0; i < nt->n; i++) {
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
 		LLVMValueRef oi = off[i];
 		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &oi, 1, "");
 		LLVMValueRef bytes = LLVMBuildNSWMul(BB, LLVMBuildNSWSub(BB, hi, lo, ""),
 		                                     c64(h, (int64_t)fj_dtype_size(o->dtype)), "");
-		fj_cg_loop l;
-		fj_cg_loop_begin(cg, &l, c64(h, 0), LLVMBuildSDiv(BB, bytes, c64(h, 64), ""), "nt");
-		LLVMValueRef src = LLVMBuildInBoundsGEP2(BB, vty, nt->buf[g][i], &l.iv, 1, "");
-		LLVMValueRef dst = LLVMBuildInBoundsGEP2(BB, vty, dst0, &l.iv, 1, "");
-		LLVMValueRef v = LLVMBuildLoad2(BB, vty, src, "");
-		LLVMSetAlignment(v, 64);
-		LLVMValueRef st = LLVMBuildStore(BB, v, dst);
-		LLVMSetAlignment(st, 64);
-		fj_cg_set_nontemporal(st);
-		fj_cg_loop_end(cg, &l);
+		fj_cg_stream_copy(cg, dst0, nt->buf[g][i], LLVMBuildSDiv(BB, bytes, c64(h, 64), ""));
 	}
 }
 

@@ -903,30 +903,22 @@ static void epilogue_row_nt(mm *m, LLVMValueRef b, LLVMValueRef row, LLVMValueRe
 	fj_cg *cg = m->cg;
 	fj_cg_tensor saved[NT_MAX];
 	LLVMValueRef off[NT_MAX];
+	fj_rg_point p;
+	fj_rg_batch_point(&p, m->rank, b, row, jc);
 	for (int i = 0; i < m->nnt; i++) {
 		fj_cg_tensor *o = &m->hm->out[m->nt_out[i]];
-		fj_rg_point p;
-		fj_rg_batch_point(&p, m->rank, b, row, jc);
 		off[i] = fj_cg_offset(cg, o, p.idx);
 		saved[i] = *o;
 		LLVMValueRef back = LLVMBuildNeg(BB, off[i], "");
 		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(cg, o->dtype), m->nt_buf[i], &back, 1, "");
 	}
 	epilogue_row(m, b, row, jc, crow, nlen);
-	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
 	for (int i = 0; i < m->nnt; i++) {
 		fj_cg_tensor *o = &m->hm->out[m->nt_out[i]];
 		*o = saved[i];
 		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &off[i], 1, "");
 		LLVMValueRef lines = LLVMBuildSDiv(BB, mul(m, nlen, c64(m, (int64_t)fj_dtype_size(o->dtype))), c64(m, 64), "");
-		fj_cg_loop l;
-		fj_cg_loop_begin(cg, &l, c64(m, 0), lines, "nt");
-		LLVMValueRef v = LLVMBuildLoad2(BB, vty, LLVMBuildInBoundsGEP2(BB, vty, m->nt_buf[i], &l.iv, 1, ""), "");
-		LLVMSetAlignment(v, 64);
-		LLVMValueRef st = LLVMBuildStore(BB, v, LLVMBuildInBoundsGEP2(BB, vty, dst0, &l.iv, 1, ""));
-		LLVMSetAlignment(st, 64);
-		fj_cg_set_nontemporal(st);
-		fj_cg_loop_end(cg, &l);
+		fj_cg_stream_copy(cg, dst0, m->nt_buf[i], lines);
 	}
 }
 
