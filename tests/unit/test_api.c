@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "runtime/tensor.h"
 #include "test.h"
 
 static const char text[] =
@@ -810,6 +811,73 @@ START_TEST(test_host_stream_matmul)
 }
 END_TEST
 
+/* A matmul whose A is packed, not read in place (region_matmul.c:
+ * pack_a), over several K blocks, M-tiles and N-tiles: G^T X and its
+ * batched form, and A converted from f16, with M, K and N not multiples
+ * of the blocks; on 1 and 3 threads (calls that start in the middle of an
+ * N-tile), against a double reference, and bit for bit alike. */
+START_TEST(test_matmul_packed_a)
+{
+	enum { B = 3, M = 203, K = 300, N = 1100 };
+	static const char *srcs[] = {
+		"graph @g(%x: f32[300,203], %y: f32[300,1100]) {\n  %a = aten.t(%x)\n  %c = aten.mm(%a, %y)\n"
+		"  return %c\n}\n",
+		"graph @g(%x: f32[3,300,203], %y: f32[3,300,1100]) {\n  %a = aten.transpose(%x) {dim0=1, dim1=2}\n"
+		"  %c = aten.bmm(%a, %y)\n  return %c\n}\n",
+		"graph @g(%x: f16[203,300], %y: f32[300,1100]) {\n  %a = aten._to_copy(%x) {dtype=f32}\n"
+		"  %c = aten.mm(%a, %y)\n  return %c\n}\n"};
+	float *x = malloc(B * K * M * sizeof *x), *y = malloc(B * K * N * sizeof *y);
+	uint16_t *xh = malloc(M * K * sizeof *xh);
+	float *c = malloc(B * M * N * sizeof *c), *c1 = malloc(B * M * N * sizeof *c1);
+	ck_assert(x && y && xh && c && c1);
+	for (int i = 0; i < B * K * M; i++)
+		x[i] = (float)((i * 37) % 101 - 50) / 64.0f; /* exact in f16 */
+	for (int i = 0; i < M * K; i++)
+		xh[i] = fj_rt_f32_to_f16(x[i]);
+	for (int i = 0; i < B * K * N; i++)
+		y[i] = (float)((i * 53) % 97 - 48) / 48.0f;
+	for (size_t s = 0; s < FJ_ARRAY_LEN(srcs); s++) {
+		int nb = s == 1 ? B : 1;
+		fj_tensor in[2] = {desc(x, FJ_TYPE_F32, 2, K, M), desc(y, FJ_TYPE_F32, 2, K, N)};
+		fj_tensor out = desc(c, FJ_TYPE_F32, 2, M, N);
+		if (s == 1) {
+			in[0] = (fj_tensor){.data = x, .dtype = FJ_TYPE_F32, .rank = 3, .sizes = {B, K, M}};
+			in[1] = (fj_tensor){.data = y, .dtype = FJ_TYPE_F32, .rank = 3, .sizes = {B, K, N}};
+			out = (fj_tensor){.data = c, .dtype = FJ_TYPE_F32, .rank = 3, .sizes = {B, M, N}};
+		} else if (s == 2) {
+			in[0] = desc(xh, FJ_TYPE_F16, 2, M, K);
+		}
+		for (int threads = 1; threads <= 3; threads += 2) {
+			fj_context *ctx = fj_context_create(NULL, NULL);
+			fj_context_set_cache(ctx, "off", 0);
+			fj_program *p = compile_threads(ctx, srcs[s], FJ_EXECUTOR_HOST, 0, threads);
+			out.data = threads == 1 ? c1 : c;
+			ck_assert_int_eq(fj_program_run(p, in, 2, &out, 1), FJ_OK);
+			fj_program_destroy(p);
+			fj_context_destroy(ctx);
+		}
+		ck_assert_msg(memcmp(c, c1, (size_t)nb * M * N * sizeof *c) == 0, "graph %zu: 1 and 3 threads differ", s);
+		for (int q = 0; q < nb; q++)
+			for (int i = 0; i < M; i++)
+				for (int j = 0; j < N; j++) {
+					double want = 0;
+					for (int k = 0; k < K; k++) {
+						double a = s == 2 ? x[i * K + k] : x[(q * K + k) * M + i];
+						want += a * y[(q * K + k) * N + j];
+					}
+					double got = c[((size_t)q * M + i) * N + j];
+					ck_assert_msg(fabs(got - want) <= 1e-4 * (1 + fabs(want)), "graph %zu: c[%d][%d][%d] = %g, not %g", s,
+					              q, i, j, got, want);
+				}
+	}
+	free(x);
+	free(y);
+	free(xh);
+	free(c);
+	free(c1);
+}
+END_TEST
+
 /* fj_compile_options.threads bounds the threads of every kernel's run, also
  * where fj_compile fuses an aten graph at run time (the runtime's fused copy
  * of it once ignored the bound and ran on all of the context's threads): a
@@ -994,6 +1062,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_host_target_options);
 	tcase_add_test(tc, test_host_stream_alignment);
 	tcase_add_test(tc, test_host_stream_matmul);
+	tcase_add_test(tc, test_matmul_packed_a);
 	tcase_add_test(tc, test_compile_threads);
 	tcase_add_test(tc, test_alloc_failures);
 	suite_add_tcase(s, tc);
