@@ -174,14 +174,13 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 		                       "host_vector_bits=%d: the host target (%s%s) has %d-bit vectors", want, j->cpu,
 		                       s->host_target == FJ_HOST_TARGET_AVX2 ? ", host_target=avx2" : "", have);
 	j->target.vector_bits = want;
-	/* Streaming a flat pointwise loop's outputs (measured in
-	 * region_host_pointwise.c): x86. On the Intel Xeon behind the H200
+	/* Streaming a flat pointwise loop's and the matmul epilogue's large
+	 * outputs (measured in region_host_pointwise.c and region_matmul.c):
+	 * x86. On the Intel Xeon behind the H200
 	 * gelu and silu ran at 0.6 of memcpy with plain stores, near the 2/3
 	 * that a read for ownership of every output line allows, while the row
 	 * kernels, which stream, reached 0.84-1.09. */
-	j->target.stream_pointwise =
-		s->host_stream == FJ_HOST_STREAM_AUTO ? x86_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
-	j->target.stream_matmul = j->target.stream_pointwise; /* measured in region_matmul.c (nt_plan) */
+	j->target.stream = s->host_stream == FJ_HOST_STREAM_AUTO ? x86_cpu() : s->host_stream == FJ_HOST_STREAM_ON;
 	j->target.matmul_flush = x86_cpu();
 	/* The matmul's blocking on Intel cores: region_matmul.c's defaults (AVX-512:
 	 * KC 512, C tiles of 8 x 8 micro-panels; AVX2: KC 256, 8 x 8) were tuned
@@ -254,8 +253,9 @@ static bool describe_target(fj_host_jit *j)
 	LLVMGetVersion(&maj, &min, &pat);
 	fj_buf b;
 	fj_buf_init(&b, j->ctx);
+	/* "stream pointwise": host_stream on (the text predates the matmul's streaming) */
 	fj_buf_printf(&b, "host-object 2\nllvm %u.%u.%u\n%s\n%s\n%s\nvector %d%s", maj, min, pat, j->triple, j->cpu,
-	              j->features, j->target.vector_bits, j->target.stream_pointwise ? "\nstream pointwise" : "");
+	              j->features, j->target.vector_bits, j->target.stream ? "\nstream pointwise" : "");
 	j->target_desc = b.oom ? NULL : strdup(b.data);
 	if (j->target_desc)
 		snprintf(j->tag, sizeof j->tag, "host %016llx%016llx",

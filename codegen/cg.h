@@ -92,12 +92,10 @@ typedef struct fj_cg_target {
 	                     LLVMValueRef d[4]);
 	int warp_size;      /* GPU: 32; host: 0 */
 	int vector_bits;    /* host: the preferred vector register width (256 for AVX2); 0: unknown */
-	/* host: stream the large outputs of flat pointwise loops with
-	 * non-temporal stores (region_host_pointwise.c: stream_split) */
-	bool stream_pointwise;
-	/* host: stream the large outputs of the float matmul's epilogue with
-	 * non-temporal stores (region_matmul.c: nt_plan) */
-	bool stream_matmul;
+	/* host: stream large outputs with non-temporal stores: those of flat
+	 * pointwise loops (region_host_pointwise.c: stream_split) and of the
+	 * float matmul's epilogue (region_matmul.c: nt_plan) */
+	bool stream;
 	/* host x86: run the float matmul micro-kernels with MXCSR's DAZ and FTZ
 	 * set (region_matmul.c: flush_begin) */
 	bool matmul_flush;

@@ -135,7 +135,7 @@ static LLVMValueRef stream_split(hctx *h, int rank, LLVMValueRef *mid)
 	fj_cg *cg = h->cg;
 	const fj_graph *b = h->body;
 	*mid = h->hi;
-	if (!h->k->nout || !cg->target->stream_pointwise)
+	if (!h->k->nout || !cg->target->stream)
 		return NULL;
 	int64_t es = (int64_t)fj_dtype_size(h->out[0].dtype);
 	for (uint32_t j = 0; j < h->k->nout; j++)

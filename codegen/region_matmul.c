@@ -834,7 +834,7 @@ static void nt_plan(mm *m)
 	fj_cg *cg = m->cg;
 	const fj_rg_host_mm *hm = m->hm;
 	m->nnt = 0;
-	if (!cg->target->stream_matmul || !hm->out || !hm->by_index)
+	if (!cg->target->stream || !hm->out || !hm->by_index)
 		return;
 	LLVMValueRef ok = LLVMConstInt(cg->t_i1, 1, 0);
 	for (uint32_t j = 0; j < hm->nout && m->nnt < NT_MAX; j++) {
