@@ -302,10 +302,16 @@ LLVMValueRef fj_rg_eval_as(fj_rg *r, fj_vid v, fj_rg_point *p, fj_dtype to);
  * is set, it is e * (1/s) corrected by one FMA residual (Markstein), which
  * is e / s rounded to nearest when every e of the row is at least
  * FJ_RG_RECIP_MIN (s is in [1, 2^39], so the quotients are normal). Is
- * reduction node `red` the sum of such a division, whose operand's min over
- * the row the caller then checks? */
+ * reduction node `red` the sum of such a division (whose row the caller
+ * then checks, fj_rg_recip_max)? */
 bool fj_rg_recip_sum(fj_rg *r, const fj_node *red);
 #define FJ_RG_RECIP_MIN 0x1p-60f
+/* The row max (amax node) that shifts the exps that such a sum adds, or
+ * NULL. Every e is at least FJ_RG_RECIP_MIN when x - m >= FJ_RG_RECIP_SHIFT
+ * for the row's smallest x: exp(-41) = 1.56e-18, 2^-60 = 8.7e-19, room for
+ * the exp's few ulp and the rounding of x - m. */
+const fj_node *fj_rg_recip_max(fj_rg *r, const fj_node *red);
+#define FJ_RG_RECIP_SHIFT -41.0
 /* May amax node `red` skip NaNs? When every use of it is softmax's shift
  * x - m, whose every use in turn is exp(x - m) summed over the same dims,
  * or an arithmetic op of x - m or exp(x - m) with that sum (through unary

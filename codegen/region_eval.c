@@ -425,15 +425,30 @@ static bool softmax_div(fj_rg *r, const fj_node *n)
 	       row_value(r, n->opnds[1], FJ_OP_PRIMS_SUM) == n->opnds[0];
 }
 
-bool fj_rg_recip_sum(fj_rg *r, const fj_node *red)
+/* The division n = e / broadcast(sum(e)) of softmax_div whose sum is red,
+ * or NULL. */
+static const fj_node *softmax_of_sum(fj_rg *r, const fj_node *red)
 {
 	for (uint32_t i = 0; i < r->body->nnodes; i++) {
 		const fj_node *n = &r->body->nodes[i];
-		/* n = e / broadcast(sum(e)): is that sum red? */
 		if (softmax_div(r, n) && def_node(r, def_node(r, n->opnds[1])->opnds[0]) == red)
-			return true;
+			return n;
 	}
-	return false;
+	return NULL;
+}
+
+bool fj_rg_recip_sum(fj_rg *r, const fj_node *red)
+{
+	return softmax_of_sum(r, red) != NULL;
+}
+
+const fj_node *fj_rg_recip_max(fj_rg *r, const fj_node *red)
+{
+	const fj_node *n = softmax_of_sum(r, red);
+	if (!n)
+		return NULL;
+	const fj_node *s = def_node(r, def_node(r, n->opnds[0])->opnds[0]); /* x - broadcast(m) */
+	return def_node(r, def_node(r, s->opnds[1])->opnds[0]);
 }
 
 /* ---- a row max whose NaN the row sum carries ----

@@ -767,30 +767,42 @@ static int recip_sum(hctx *h)
 	return -1;
 }
 
-/* That reduction (*mi), and an i32 variable for the min of its operand's
- * bits over the row, kept by the sum's pass; NULL when the region has no
- * such division. The operand is e = exp(x - max) in [0, 1] or NaN, and a
- * float's bits order like it when its sign is clear: one vpminsd per
- * vector, no NaN handling and no fast-math flags (an nnan vminps would need
- * a freeze before the branch, which InstCombine moves into the loop,
- * dropping the flag and the vectorisation). A NaN with its sign set is the
- * smallest: its row divides; one with it clear leaves s NaN, and both ways
- * give NaN. */
-static LLVMValueRef recip_var(hctx *h, int *mi)
+/* The index of the row max that shifts the exps that reduction mi sums
+ * (fj_rg_recip_max). */
+static int recip_max(hctx *h, int mi)
 {
-	*mi = recip_sum(h);
-	return *mi >= 0 ? fj_cg_var(h->cg, h->cg->t_i32, NULL, "recipmin") : NULL;
+	const fj_node *m = fj_rg_recip_max(&h->r, &h->body->nodes[h->a->reds[mi]]);
+	for (int i = 0; i < h->a->nreds; i++)
+		if (&h->body->nodes[h->a->reds[i]] == m)
+			return i;
+	return -1;
 }
 
-/* Does the row go by reciprocal: every e >= FJ_RG_RECIP_MIN (false for a
- * -inf in the row, whose e is 0), rmin holding the min of e's bits? */
-static LLVMValueRef recip_check(hctx *h, LLVMValueRef rmin)
+/* One step of xmin, the min over the row of the max's operand x, as the
+ * max that skips NaNs sees it (block_minmax_step: a NaN becomes -inf, the
+ * same vmaxps), then an nnan select: one vminps. A NaN thus sends its row
+ * to the divisions, where its outputs are NaN as they would be anyway. */
+static void xmin_step(hctx *h, LLVMValueRef xmin, LLVMValueRef x)
 {
 	fj_cg *cg = h->cg;
-	float lo = FJ_RG_RECIP_MIN;
-	int32_t bits;
-	memcpy(&bits, &lo, sizeof bits);
-	return LLVMBuildICmp(BB, LLVMIntSGE, fj_cg_get(cg, rmin, cg->t_i32), fj_cg_i32(cg, bits), "");
+	LLVMValueRef inf = LLVMConstReal(cg->t_f32, -__builtin_inf());
+	LLVMValueRef xs = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, LLVMRealOGT, x, inf, ""), x, inf, "");
+	LLVMValueRef acc = fj_cg_get(cg, xmin, cg->t_f32);
+	LLVMValueRef less = LLVMBuildFCmp(BB, LLVMRealOLT, xs, acc, "");
+	LLVMValueRef next = LLVMBuildSelect(BB, less, xs, acc, "");
+	LLVMSetFastMathFlags(less, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	fj_cg_set(cg, xmin, next);
+}
+
+/* Does the row go by reciprocal: x - m >= FJ_RG_RECIP_SHIFT for its min x
+ * (so every e >= FJ_RG_RECIP_MIN), m its max? False for a NaN (an all
+ * -inf row, a NaN max) and for a -inf in the row. */
+static LLVMValueRef recip_check(hctx *h, LLVMValueRef xmin, LLVMValueRef m)
+{
+	fj_cg *cg = h->cg;
+	LLVMValueRef d = LLVMBuildFSub(BB, fj_cg_get(cg, xmin, cg->t_f32), m, "");
+	return LLVMBuildFCmp(BB, LLVMRealOGE, d, LLVMConstReal(cg->t_f32, FJ_RG_RECIP_SHIFT), "");
 }
 
 /* An exp of a region input of D's shape (log_softmax's backward: exp of
@@ -829,10 +841,10 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 	fj_rg *r = &h->r;
 	const fj_rg_analysis *a = h->a;
 	int dr = a->dom->rank;
-	int mi = -1;
-	LLVMValueRef rmin = recip_var(h, &mi), cheap = NULL;
-	if (rmin)
-		fj_cg_set(cg, rmin, fj_cg_i32(cg, INT32_MAX));
+	int mi = recip_sum(h), xi = mi >= 0 ? recip_max(h, mi) : -1;
+	LLVMValueRef xmin = xi >= 0 ? fj_cg_var(cg, cg->t_f32, NULL, "xmin") : NULL, cheap = NULL;
+	if (xmin)
+		fj_cg_set(cg, xmin, LLVMConstReal(cg->t_f32, __builtin_inf()));
 	const fj_node *en = exp_input(h);
 	LLVMValueRef emax = en ? fj_cg_var(cg, cg->t_i32, NULL, "expmax") : NULL;
 	if (emax)
@@ -854,10 +866,8 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 				continue;
 			const fj_node *n = &h->body->nodes[a->reds[i]];
 			LLVMValueRef x = fj_rg_eval(r, n->opnds[0], &p);
-			if (i == mi) {
-				LLVMValueRef args[2] = {fj_cg_get(cg, rmin, cg->t_i32), LLVMBuildBitCast(BB, x, cg->t_i32, "")};
-				fj_cg_set(cg, rmin, fj_cg_intrinsic(cg, "llvm.smin", args, 2));
-			}
+			if (i == xi)
+				xmin_step(h, xmin, x);
 			for (int k = 0; rc && k < rc->n; k++)
 				if (rc->v[k] == n->opnds[0] && rc->phase[k] == ph)
 					LLVMBuildStore(BB, x, rc_elem(h, rc, k, pos, idx));
@@ -874,8 +884,8 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
 		for (int i = 0; i < a->nreds; i++)
 			if (a->red_phase[i] == ph) {
 				fj_rg_acc_finish(r, &accs[i], count);
-				if (i == mi) /* decided here: only an i1 stays live through the later passes */
-					cheap = recip_check(h, rmin);
+				if (i == xi) /* decided here: only an i1 stays live through the later passes */
+					cheap = recip_check(h, xmin, fj_cg_get(cg, accs[i].var[0], accs[i].ty[0]));
 			}
 	}
 	if (emax) {
@@ -896,11 +906,18 @@ static LLVMValueRef row_reduce(hctx *h, fj_rg_acc *accs, LLVMValueRef *idx, LLVM
  * group of one row may keep values in the row buffer (rc) and divide by
  * reciprocal: softmax's output pass comes in two versions, by reciprocal
  * when every weight of the row is at least FJ_RG_RECIP_MIN, else with
- * divisions (a -inf in the row, or weights that small). The weights' min
- * costs the sum's pass one vpminsd per vector (recip_var); in llvm-mca on
+ * divisions (a -inf in the row, or weights that small); in llvm-mca on
  * Zen 4 the output loop takes 3 instead of 6 cycles per 16 floats with
- * AVX-512, 2 instead of 3 per 8 with AVX2. exp_input's exp goes the same
- * way. */
+ * AVX-512, 2 instead of 3 per 8 with AVX2. The check costs the max's pass
+ * one vminps per vector (xmin_step): the sum's pass, with its exp, holds
+ * more live vectors than AVX2's 16 registers (116 instructions per 4
+ * vectors, 15 of them spills and reloads, when it kept the weights' min
+ * itself; 96 and 9 without), while the max's pass waits on memory.
+ * Emerald Rapids, softmax forward, the same bits: on [64,4096] f32 (in
+ * L2), 1 thread, 1.03x (AVX2) and 1.02x (AVX-512); on [8192,4096], 2
+ * threads, the same-run memcpy ratio over 12 alternating runs, AVX2 median
+ * 0.83 -> 0.87 (best 0.88 -> 0.91), AVX-512 1.04 -> 1.02 (best 1.06 ->
+ * 1.07). exp_input's exp goes the same way. */
 static void inner_rows(hctx *h, fj_rg_acc *accs, rowgroup *g, int nk, LLVMValueRef count, const rowcache *rc,
                        const ntplan *nt)
 {
