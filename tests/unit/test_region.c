@@ -655,13 +655,14 @@ START_TEST(exp_nonpos_bits)
 END_TEST
 
 /* Softmax's division by the row sum goes by reciprocal in rows whose
- * weights are all at least 2^-60 (fj_rg_recip_sum): every weight must still
- * be e / s rounded to nearest, e the same exp (a kernel of its own) and s
- * the kernel's sum (an output). Shapes: [2048,4096] f32 is 32 MiB, so its
- * output is streamed; [300,1000] keeps the weights in the output row;
- * rows of 9000 recompute them. Rows: spreads of 5, 40, 83.1 (the smallest
- * weights just above 2^-60 = e^-41.6) and 200 (weights below 2^-60,
- * denormal and 0), -inf masks, a NaN. */
+ * x - max are all at least -41 (fj_rg_recip_max; every weight then at least
+ * 2^-60 = e^-41.6): every weight must still be e / s rounded to nearest, e
+ * the same exp (a kernel of its own) and s the kernel's sum (an output).
+ * Shapes: [2048,4096] f32 is 32 MiB, so its output is streamed; [300,1000]
+ * keeps the weights in the output row; rows of 9000 recompute them. Rows of
+ * x spread over 5 and 40.9 (by reciprocal, the smallest weights near
+ * e^-40.9), 41.1 and 200 (divisions; weights below 2^-60, denormal and 0),
+ * -inf masks, a NaN. */
 START_TEST(softmax_recip_bits)
 {
 	static const int64_t shapes[][2] = {{2048, 4096}, {300, 1000}, {16, 9000}};
@@ -671,7 +672,7 @@ START_TEST(softmax_recip_bits)
 		fj_rt_tensor x = {0}, ys[2] = {{0}}, e = {0};
 		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 2, shapes[k]), FJ_OK);
 		float *xv = x.data;
-		static const double spread[] = {5, 40, 83.1, 200};
+		static const double spread[] = {5, 40.9, 41.1, 200};
 		for (int64_t i = 0; i < R * C; i++)
 			xv[i] = (float)(spread[(i / C) % 4] * (urand() - 0.5));
 		for (int64_t c = 0; c < C; c += 3)
