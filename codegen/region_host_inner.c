@@ -72,6 +72,27 @@ static bool block_acc(hctx *h, const fj_rg_acc *acc, fj_rg_acc *blk, bool *is_mi
 	return true;
 }
 
+/* x as a max that skips NaNs sees it: x > -inf ? x : -inf, -inf for a NaN
+ * (max), or x < inf ? x : inf (min); one vmaxps / vminps. */
+static LLVMValueRef skip_nan(hctx *h, LLVMValueRef x, bool max)
+{
+	LLVMValueRef inf = LLVMConstReal(h->cg->t_f32, max ? -__builtin_inf() : __builtin_inf());
+	return LLVMBuildSelect(BB, LLVMBuildFCmp(BB, max ? LLVMRealOGT : LLVMRealOLT, x, inf, ""), x, inf, "");
+}
+
+/* Steps f32 variable acc, a max (max) or min, with xs, which is no NaN: an
+ * nnan select, one vmaxps / vminps in the loop-carried chain. */
+static void nnan_minmax_step(hctx *h, LLVMValueRef acc, LLVMValueRef xs, bool max)
+{
+	fj_cg *cg = h->cg;
+	LLVMValueRef a = fj_cg_get(cg, acc, cg->t_f32);
+	LLVMValueRef better = LLVMBuildFCmp(BB, max ? LLVMRealOGT : LLVMRealOLT, xs, a, "");
+	LLVMValueRef next = LLVMBuildSelect(BB, better, xs, a, "");
+	LLVMSetFastMathFlags(better, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+	fj_cg_set(cg, acc, next);
+}
+
 /* One step of a max / min block accumulator (see block_acc). */
 static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, bool skipnan, LLVMValueRef x)
 {
@@ -84,20 +105,14 @@ static void block_minmax_step(hctx *h, fj_rg_acc *blk, LLVMValueRef nan, bool sk
 		fj_cg_set(cg, blk->var[0], next);
 		return;
 	}
-	LLVMValueRef inf = LLVMConstReal(cg->t_f32, max ? -__builtin_inf() : __builtin_inf());
 	LLVMValueRef isnan = NULL, xs;
 	if (nan) {
 		isnan = LLVMBuildFCmp(BB, LLVMRealUNO, x, x, "");
-		xs = LLVMBuildSelect(BB, isnan, inf, x, "");
-	} else { /* skipnan: x > -inf ? x : -inf, -inf for a NaN, one vmaxps */
-		xs = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, max ? LLVMRealOGT : LLVMRealOLT, x, inf, ""), x, inf, "");
+		xs = LLVMBuildSelect(BB, isnan, LLVMConstReal(cg->t_f32, max ? -__builtin_inf() : __builtin_inf()), x, "");
+	} else {
+		xs = skip_nan(h, x, max);
 	}
-	LLVMValueRef acc = fj_cg_get(cg, blk->var[0], cg->t_f32);
-	LLVMValueRef better = LLVMBuildFCmp(BB, max ? LLVMRealOGT : LLVMRealOLT, xs, acc, "");
-	LLVMValueRef next = LLVMBuildSelect(BB, better, xs, acc, "");
-	LLVMSetFastMathFlags(better, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-	fj_cg_set(cg, blk->var[0], next);
+	nnan_minmax_step(h, blk->var[0], xs, max);
 	/* select, not or: the vectoriser's any-of reduction (mask registers) */
 	if (nan)
 		fj_cg_set(cg, nan, LLVMBuildSelect(BB, isnan, LLVMConstInt(cg->t_i8, 1, 0), fj_cg_get(cg, nan, cg->t_i8), ""));
@@ -779,20 +794,12 @@ static int recip_max(hctx *h, int mi)
 }
 
 /* One step of xmin, the min over the row of the max's operand x, as the
- * max that skips NaNs sees it (block_minmax_step: a NaN becomes -inf, the
- * same vmaxps), then an nnan select: one vminps. A NaN thus sends its row
+ * max that skips NaNs sees it (skip_nan: a NaN becomes -inf, the max's own
+ * vmaxps), then an nnan select: one vminps. A NaN thus sends its row
  * to the divisions, where its outputs are NaN as they would be anyway. */
 static void xmin_step(hctx *h, LLVMValueRef xmin, LLVMValueRef x)
 {
-	fj_cg *cg = h->cg;
-	LLVMValueRef inf = LLVMConstReal(cg->t_f32, -__builtin_inf());
-	LLVMValueRef xs = LLVMBuildSelect(BB, LLVMBuildFCmp(BB, LLVMRealOGT, x, inf, ""), x, inf, "");
-	LLVMValueRef acc = fj_cg_get(cg, xmin, cg->t_f32);
-	LLVMValueRef less = LLVMBuildFCmp(BB, LLVMRealOLT, xs, acc, "");
-	LLVMValueRef next = LLVMBuildSelect(BB, less, xs, acc, "");
-	LLVMSetFastMathFlags(less, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-	LLVMSetFastMathFlags(next, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-	fj_cg_set(cg, xmin, next);
+	nnan_minmax_step(h, xmin, skip_nan(h, x, true), false);
 }
 
 /* Does the row go by reciprocal: x - m >= FJ_RG_RECIP_SHIFT for its min x
