@@ -192,10 +192,14 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
 #define FJ_CG_STREAM "fj-stream"
 /* Marks store instruction `store` !nontemporal. */
 void fj_cg_set_nontemporal(LLVMValueRef store);
-/* Copies `lines` 64-byte lines (an i64) from src to dst, both 64-byte
- * aligned, with non-temporal stores (a row buffer streamed out; the caller
- * fences before its kernel returns). */
-void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines);
+/* Copies `bytes` bytes (an i64 >= 0) from src, a 64-byte aligned buffer, to
+ * dst at any address (a row buffer streamed out): the 64-byte lines of dst
+ * that the copy fills whole with non-temporal stores, the bytes in the
+ * partial lines at either end, which it shares with its neighbours, with
+ * memcpy (plain stores: a line is then never written by a non-temporal and
+ * a plain store at once, whichever thread writes the neighbour). The caller
+ * fences before its kernel returns. */
+void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef bytes);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
  * fj_cg_mark_stream non-temporal. */

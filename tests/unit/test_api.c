@@ -811,6 +811,72 @@ START_TEST(test_host_stream_matmul)
 }
 END_TEST
 
+/* Row kernels stream their outputs of 8 MiB or more (region_host_inner.c:
+ * output_pass_nt) at any alignment: layer_norm over rows of 1028 floats
+ * (4112 bytes: the rows' starts move through the lines) and softmax's
+ * streamed version (32 MiB or more: stream_plan) over rows of 1025, into
+ * outputs at byte offsets 0, 4, 16 and 60 from a line (the chunks then fall
+ * on the lines) and 2 (not element-aligned: every chunk has partial lines
+ * at both ends), on 3 threads. Row i's bits are those of row i % PERIOD of
+ * the same graph on PERIOD rows (too small to stream: stored in place);
+ * every element is written, no byte around the output. */
+START_TEST(test_host_stream_rows_alignment)
+{
+	enum { PERIOD = 50, GUARD = 64 };
+	static const struct {
+		const char *op;
+		int rows, cols;
+	} g[] = {{"aten.layer_norm(%x, %w, %b) {normalized_shape=[1028], eps=1e-5}", 2100, 1028},
+	         {"aten._softmax(%x) {dim=1}", 8195, 1025}};
+	static const int off[] = {0, 4, 16, 60, 2};
+	for (size_t gi = 0; gi < FJ_ARRAY_LEN(g); gi++) {
+		int rows = g[gi].rows, cols = g[gi].cols;
+		size_t bytes = (size_t)rows * (size_t)cols * sizeof(float), total = bytes + 2 * GUARD + 64;
+		float *x = malloc(bytes), *w = malloc(cols * sizeof *w), *ref = malloc((size_t)PERIOD * cols * sizeof *ref);
+		unsigned char *buf = aligned_alloc(64, total);
+		ck_assert(x && w && ref && buf);
+		for (int i = 0; i < rows; i++)
+			for (int j = 0; j < cols; j++)
+				x[(size_t)i * cols + j] = (float)(((i % PERIOD) * 7919 + j * 31) % 2001 - 1000) / 100.0f;
+		for (int j = 0; j < cols; j++)
+			w[j] = (float)(j % 13) / 8.0f - 0.5f;
+		fj_context *ctx;
+		char src[512];
+		fj_tensor in[3] = {desc(x, FJ_TYPE_F32, 2, PERIOD, cols), desc(w, FJ_TYPE_F32, 1, cols, 0),
+		                   desc(w, FJ_TYPE_F32, 1, cols, 0)};
+		size_t nin = gi == 0 ? 3 : 1;
+		for (int big = 0; big < 2; big++) {
+			snprintf(src, sizeof src, "graph @g(%%x: f32[%d,%d]%s) {\n  %%y = %s\n  return %%y\n}\n",
+			         big ? rows : PERIOD, cols, gi == 0 ? ", %w: f32[1028], %b: f32[1028]" : "", g[gi].op);
+			fj_program *p = compile_streamed(&ctx, src, true);
+			if (!big) {
+				fj_tensor out = desc(ref, FJ_TYPE_F32, 2, PERIOD, cols);
+				ck_assert_int_eq(fj_program_run(p, in, nin, &out, 1), FJ_OK);
+			}
+			for (size_t c = 0; big && c < FJ_ARRAY_LEN(off); c++) {
+				unsigned char *y = buf + GUARD + off[c];
+				memset(buf, 0xff, total); /* NaNs */
+				in[0].sizes[0] = rows;
+				fj_tensor out = desc(y, FJ_TYPE_F32, 2, rows, cols);
+				ck_assert_int_eq(fj_program_run(p, in, nin, &out, 1), FJ_OK);
+				for (int i = 0; i < rows; i++)
+					ck_assert_msg(memcmp(y + (size_t)i * cols * sizeof(float), ref + (size_t)(i % PERIOD) * cols,
+					                     cols * sizeof(float)) == 0,
+					              "%s: row %d differs at offset %d", g[gi].op, i, off[c]);
+				for (unsigned char *q = buf; q < buf + total; q = q == y - 1 ? y + bytes : q + 1)
+					ck_assert_msg(*q == 0xff, "%s: byte %td written at offset %d", g[gi].op, q - y, off[c]);
+			}
+			fj_program_destroy(p);
+			fj_context_destroy(ctx);
+		}
+		free(x);
+		free(w);
+		free(ref);
+		free(buf);
+	}
+}
+END_TEST
+
 /* A matmul whose A is packed, not read in place (region_matmul.c:
  * pack_a), over several K blocks, M-tiles and N-tiles: G^T X and its
  * batched form, and A converted from f16, with M, K and N not multiples
@@ -1062,6 +1128,7 @@ Suite *suite_api(void)
 	tcase_add_test(tc, test_host_target_options);
 	tcase_add_test(tc, test_host_stream_alignment);
 	tcase_add_test(tc, test_host_stream_matmul);
+	tcase_add_test(tc, test_host_stream_rows_alignment);
 	tcase_add_test(tc, test_matmul_packed_a);
 	tcase_add_test(tc, test_compile_threads);
 	tcase_add_test(tc, test_alloc_failures);
