@@ -1,7 +1,7 @@
 /* ab.c -- fj-bench-ab: two builds of fusejit timed against each other in
  * one process, run by run.
  *
- *   fj-bench-ab [--threads N] [--seconds S] [--flush MIB] LIB_A LIB_B GRAPH
+ *   fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH
  *
  * LIB_A and LIB_B are two builds' libfusejit.so (the same path twice: an
  * A/A run, the noise floor). Each is dlopen'ed on its own (RTLD_LOCAL: its
@@ -10,7 +10,10 @@
  * host executor in its own context (--threads: the programs' bound,
  * fj_compile_options.threads; default 0, all of the context's), and runs it
  * on the same inputs (f32 and f64 uniform in [-1, 1), other types 0) into
- * its own preallocated outputs. Then pairs of runs, A and B in turn (which
+ * its own preallocated outputs. Every input and output starts --offset B
+ * bytes past a 64-byte boundary (default 0; glibc's malloc gives large
+ * blocks 16: the kernels' streamed stores and vector loads meet a line
+ * boundary inside a vector there). Then pairs of runs, A and B in turn (which
  * goes first alternates), for S seconds (default 10), after 3 warm-up
  * pairs; with --flush, a memcpy of MIB MiB before every run, as
  * fusejit-run --bench's copy baseline evicts the caches between its runs.
@@ -122,7 +125,8 @@ static void load(build *b, const char *graph, int threads)
 }
 
 /* A zeroed tensor of vi's type (one byte at least: data is never NULL). */
-static void alloc_tensor(fj_tensor *t, const fj_value_info *vi, const char *what)
+/* t's data: zeros, `off` bytes past a 64-byte boundary (free: data - off) */
+static void alloc_tensor(fj_tensor *t, const fj_value_info *vi, const char *what, size_t off)
 {
 	memset(t, 0, sizeof *t);
 	t->dtype = vi->dtype;
@@ -132,8 +136,12 @@ static void alloc_tensor(fj_tensor *t, const fj_value_info *vi, const char *what
 			die("%s %s has a symbolic size (%s): give a graph with static shapes", what, vi->name, vi->type);
 		t->sizes[k] = vi->sizes[k];
 	}
-	if (!(t->data = calloc(1, vi->bytes ? vi->bytes : 1)))
+	size_t bytes = (off + (vi->bytes ? vi->bytes : 1) + 63) / 64 * 64;
+	char *base = aligned_alloc(64, bytes);
+	if (!base)
 		die("out of memory allocating %s %s", what, vi->name);
+	memset(base, 0, bytes);
+	t->data = base + off;
 }
 
 static double now_ms(void)
@@ -180,6 +188,7 @@ int main(int argc, char **argv)
 {
 	int threads = 0;
 	double seconds = 10, flush_mib = 0;
+	size_t off = 0;
 	const char *pos[3];
 	int npos = 0;
 	for (int i = 1; i < argc; i++) {
@@ -189,13 +198,19 @@ int main(int argc, char **argv)
 			seconds = arg_num("--seconds", i + 1 < argc ? argv[++i] : NULL, 0.1);
 		else if (!strcmp(argv[i], "--flush"))
 			flush_mib = arg_num("--flush", i + 1 < argc ? argv[++i] : NULL, 0);
+		else if (!strcmp(argv[i], "--offset")) {
+			double b = arg_num("--offset", i + 1 < argc ? argv[++i] : NULL, 0);
+			if (b != (double)(size_t)b || b > 4095)
+				die("--offset needs a whole number of bytes from 0 to 4095");
+			off = (size_t)b;
+		}
 		else if (argv[i][0] == '-' || npos == 3)
-			die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] LIB_A LIB_B GRAPH");
+			die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH");
 		else
 			pos[npos++] = argv[i];
 	}
 	if (npos != 3)
-		die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] LIB_A LIB_B GRAPH");
+		die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH");
 	build bs[2] = {{.path = pos[0]}, {.path = pos[1]}};
 	for (int j = 0; j < 2; j++)
 		load(&bs[j], pos[2], threads);
@@ -211,7 +226,7 @@ int main(int argc, char **argv)
 		fj_value_info vi;
 		if (bs[0].program_info(bs[0].prog, FJ_ROLE_INPUT, i, &vi) != FJ_OK)
 			die_lib(&bs[0]);
-		alloc_tensor(&in[i], &vi, "input");
+		alloc_tensor(&in[i], &vi, "input", off);
 		for (size_t k = 0, n = numel(&in[i]); k < n; k++) {
 			seed = seed * 1103515245u + 12345u;
 			double x = (double)(seed >> 8) / (1u << 24) * 2 - 1;
@@ -226,7 +241,7 @@ int main(int argc, char **argv)
 			fj_value_info vi;
 			if (bs[j].program_info(bs[j].prog, FJ_ROLE_OUTPUT, i, &vi) != FJ_OK)
 				die_lib(&bs[j]);
-			alloc_tensor(&bs[j].out[i], &vi, "output");
+			alloc_tensor(&bs[j].out[i], &vi, "output", off);
 		}
 	size_t fbytes = (size_t)(flush_mib * (1 << 20));
 	char *fsrc = fbytes ? malloc(fbytes) : NULL, *fdst = fbytes ? malloc(fbytes) : NULL;
@@ -282,13 +297,13 @@ int main(int argc, char **argv)
 	       r2 > 0 ? sqrt(d2 / r2) : sqrt(d2));
 	for (int j = 0; j < 2; j++) {
 		for (size_t i = 0; i < nout; i++)
-			free(bs[j].out[i].data);
+			free((char *)bs[j].out[i].data - off);
 		bs[j].program_destroy(bs[j].prog);
 		bs[j].context_destroy(bs[j].ctx);
 		free(bs[j].ms);
 	}
 	for (size_t i = 0; i < nin; i++)
-		free(in[i].data);
+		free((char *)in[i].data - off);
 	free(ratio);
 	free(fsrc);
 	free(fdst);

@@ -18,6 +18,14 @@ if [ $rc -ne 0 ] || ! printf '%s\n' "$out" | grep -Eq '^A [0-9.]+ ms .* B/A spee
   fails=$((fails + 1))
 fi
 
+# the same with inputs and outputs off their lines
+out=$(FUSEJIT_CACHE_DIR=off "$AB" --seconds 0.2 --threads 1 --offset 20 "$LIB" "$LIB" "$GRAPH" 2>"$T/err")
+rc=$?
+if [ $rc -ne 0 ] || ! printf '%s\n' "$out" | grep -Eq ' \| outputs differ by 0$'; then
+  echo "FAIL: A/A run at --offset 20 (rc $rc): $out $(cat "$T/err")"
+  fails=$((fails + 1))
+fi
+
 # bad CASE ARGS...: exit 1, exactly one line on stderr naming an error
 bad() {
   name=$1
@@ -33,6 +41,8 @@ printf 'graph @g(%%x: f32[N]) {\n  %%y = aten.exp(%%x)\n  return %%y\n}\n' >"$T/
 printf 'graph @g(%%x: f32[4]) {\n  %%y = aten.nope(%%x)\n  return %%y\n}\n' >"$T/bad.fj"
 bad usage "$LIB" "$GRAPH"
 bad option --seconds 0 "$LIB" "$LIB" "$GRAPH"
+bad offset --offset 1.5 "$LIB" "$LIB" "$GRAPH"
+bad offset_big --offset 4096 "$LIB" "$LIB" "$GRAPH"
 bad no_library "$T/none.so" "$LIB" "$GRAPH"
 bad not_a_library "$GRAPH" "$LIB" "$GRAPH"
 bad no_graph "$LIB" "$LIB" "$T/none.fj"
