@@ -124,8 +124,8 @@ static void load(build *b, const char *graph, int threads)
 		die_lib(b);
 }
 
-/* A zeroed tensor of vi's type (one byte at least: data is never NULL). */
-/* t's data: zeros, `off` bytes past a 64-byte boundary (free: data - off) */
+/* A zeroed tensor of vi's type (one byte at least: data is never NULL),
+ * `off` bytes past a 64-byte boundary (freed as data - off). */
 static void alloc_tensor(fj_tensor *t, const fj_value_info *vi, const char *what, size_t off)
 {
 	memset(t, 0, sizeof *t);
@@ -184,6 +184,14 @@ static double arg_num(const char *opt, const char *v, double lo)
 	return x;
 }
 
+static size_t arg_offset(const char *v)
+{
+	double b = arg_num("--offset", v, 0);
+	if (b != (double)(size_t)b || b > 4095)
+		die("--offset needs a whole number of bytes from 0 to 4095");
+	return (size_t)b;
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 0;
@@ -198,12 +206,8 @@ int main(int argc, char **argv)
 			seconds = arg_num("--seconds", i + 1 < argc ? argv[++i] : NULL, 0.1);
 		else if (!strcmp(argv[i], "--flush"))
 			flush_mib = arg_num("--flush", i + 1 < argc ? argv[++i] : NULL, 0);
-		else if (!strcmp(argv[i], "--offset")) {
-			double b = arg_num("--offset", i + 1 < argc ? argv[++i] : NULL, 0);
-			if (b != (double)(size_t)b || b > 4095)
-				die("--offset needs a whole number of bytes from 0 to 4095");
-			off = (size_t)b;
-		}
+		else if (!strcmp(argv[i], "--offset"))
+			off = arg_offset(i + 1 < argc ? argv[++i] : NULL);
 		else if (argv[i][0] == '-' || npos == 3)
 			die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH");
 		else
