@@ -831,7 +831,7 @@ START_TEST(test_host_stream_rows_alignment)
 	static const int off[] = {0, 4, 16, 60, 2};
 	for (size_t gi = 0; gi < FJ_ARRAY_LEN(g); gi++) {
 		int rows = g[gi].rows, cols = g[gi].cols;
-		size_t bytes = (size_t)rows * (size_t)cols * sizeof(float), total = bytes + 2 * GUARD + 64;
+		size_t bytes = (size_t)rows * (size_t)cols * sizeof(float), total = (bytes + 2 * GUARD + 127) / 64 * 64;
 		float *x = malloc(bytes), *w = malloc(cols * sizeof *w), *ref = malloc((size_t)PERIOD * cols * sizeof *ref);
 		unsigned char *buf = aligned_alloc(64, total);
 		ck_assert(x && w && ref && buf);
