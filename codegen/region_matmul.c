@@ -826,7 +826,7 @@ static void macro(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef nir, LLVM
  * are 64-byte aligned and its last dim is unit-stride; the kernel then
  * fences before it returns. Not an output off its lines: streamed, a tile's
  * row (NC columns) would have a partial line at each end, stored plainly
- * (fj_cg_stream_copy), and that cost what the rest saved (same CPU, 2
+ * (fj_cg_stream_copy, not fj_cg_stream_lines), and that cost what the rest saved (same CPU, 2
  * threads, the linear with bias and gelu, output 16 bytes off its lines:
  * 17.9 ms streamed and plain alike). */
 enum { NT_MIN_BYTES = 2 << 20 };
@@ -921,7 +921,8 @@ static void epilogue_row_nt(mm *m, LLVMValueRef b, LLVMValueRef row, LLVMValueRe
 		fj_cg_tensor *o = &m->hm->out[m->nt_out[i]];
 		*o = saved[i];
 		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &off[i], 1, "");
-		fj_cg_stream_copy(cg, dst0, m->nt_buf[i], mul(m, nlen, c64(m, (int64_t)fj_dtype_size(o->dtype))));
+		LLVMValueRef lines = LLVMBuildSDiv(BB, mul(m, nlen, c64(m, (int64_t)fj_dtype_size(o->dtype))), c64(m, 64), "");
+		fj_cg_stream_lines(cg, dst0, m->nt_buf[i], lines);
 	}
 }
 
