@@ -826,9 +826,9 @@ static void macro(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef nir, LLVM
  * are 64-byte aligned and its last dim is unit-stride; the kernel then
  * fences before it returns. Not an output off its lines: streamed, a tile's
  * row (NC columns) would have a partial line at each end, stored plainly
- * (fj_cg_stream_copy, not fj_cg_stream_lines), and that cost what the rest saved (same CPU, 2
- * threads, the linear with bias and gelu, output 16 bytes off its lines:
- * 17.9 ms streamed and plain alike). */
+ * (fj_cg_stream_copy, not fj_cg_stream_lines), and that cost what the rest
+ * saved (same CPU, 2 threads, the linear with bias and gelu, output 16
+ * bytes off its lines: 17.9 ms streamed and plain alike). */
 enum { NT_MIN_BYTES = 2 << 20 };
 
 /* Chooses the outputs to stream (at most NT_MAX) and their row buffers;
