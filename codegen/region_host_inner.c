@@ -753,7 +753,7 @@ static LLVMValueRef line_head(hctx *h, const fj_cg_tensor *o, const LLVMValueRef
  * malloc gives large blocks), against the plain stores such an output used
  * to get, alternating runs (fj-bench-ab): layer_norm 18.2 -> 10.6 ms,
  * rms_norm 14.6 -> 6.8, softmax 13.2 -> 9.3, log_softmax 14.6 -> 9.1
- * (line-aligned: 7.0, 6.3, 8.7, 8.9); chunks of fixed place (a first try,
+ * (line-aligned: 7.2, 6.3, 8.7, 8.9); chunks of fixed place (a first try,
  * separate runs) took layer_norm to 11.8, softmax to 12.6. */
 static void output_pass_nt(hctx *h, const rowcache *rc, rowgroup *g, const ntplan *nt)
 {

@@ -43,6 +43,7 @@
 #include "fusejit/fusejit.h"
 
 enum { MAXT = 64, MAXPAIRS = 100000 };
+#define USAGE "usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH"
 
 typedef struct build {
 	const char *path;
@@ -209,12 +210,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--offset"))
 			off = arg_offset(i + 1 < argc ? argv[++i] : NULL);
 		else if (argv[i][0] == '-' || npos == 3)
-			die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH");
+			die(USAGE);
 		else
 			pos[npos++] = argv[i];
 	}
 	if (npos != 3)
-		die("usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH");
+		die(USAGE);
 	build bs[2] = {{.path = pos[0]}, {.path = pos[1]}};
 	for (int j = 0; j < 2; j++)
 		load(&bs[j], pos[2], threads);
