@@ -207,6 +207,7 @@ static fj_status choose_target(fj_host_jit *j, fj_context *ctx)
 		j->target.matmul_kc = want == 512 ? 128 : 256;
 		j->target.matmul_mc_panels = want == 512 ? 32 : 16;
 		j->target.matmul_nc_panels = want == 512 ? 4 : 16;
+		j->target.matmul_prefetch_b = true; /* measured on Intel only (region_matmul.c) */
 	}
 	return FJ_OK;
 }

@@ -38,11 +38,16 @@ if ptxas:
     config.substitutions.append(("%ptxas", ptxas))
 # The host CPU's vector extensions (/proc/cpuinfo's flags): features `avx2`
 # (AVX2 and FMA) and `avx512` (AVX-512 F), for the host_target tests.
+# And `intel` (vendor GenuineIntel), for the matmul blocking that
+# backend_host/jit.c chooses on Intel cores.
 try:
     with open("/proc/cpuinfo") as f:
-        flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+        info = f.read().splitlines()
 except OSError:
-    flags = []
+    info = []
+flags = next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), [])
+if any(ln.startswith("vendor_id") and ln.split(":", 1)[1].strip() == "GenuineIntel" for ln in info):
+    config.available_features.add("intel")
 if "avx2" in flags and "fma" in flags:
     config.available_features.add("avx2")
 if "avx512f" in flags:
