@@ -112,7 +112,8 @@ static LLVMValueRef host_region_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *arg
 
 /* vector_bits: set per JIT from its CPU features (vector_bits_of). */
 static const fj_cg_target host_target = {
-	.name = "host", .math = host_math, .region_math = host_region_math, .region_exp_nonpos = fj_cg_poly_exp_nonpos};
+	.name = "host", .math = host_math, .region_math = host_region_math, .region_exp_nonpos = fj_cg_poly_exp_nonpos,
+	.region_exp_addend = fj_cg_poly_exp_addend};
 
 static int vector_bits_of(const char *features)
 {

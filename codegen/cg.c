@@ -651,6 +651,11 @@ LLVMValueRef fj_cg_exp_nonpos(fj_cg *cg, LLVMValueRef x)
 	return v ? v : fj_cg_math1(cg, FJ_MATH_EXP, x);
 }
 
+LLVMValueRef fj_cg_exp_addend(fj_cg *cg, LLVMValueRef x)
+{
+	return cg->target->region_exp_addend ? cg->target->region_exp_addend(cg, x) : NULL;
+}
+
 /* ---- host libm and LLVM's native target ---- */
 
 static const char *const libm_names[FJ_MATH_COUNT][2] = {

@@ -67,6 +67,11 @@ typedef struct fj_cg_target {
 	 * NULL, or a NULL result (a type it has no such form for): region_math's
 	 * exp (fj_cg_exp_nonpos). */
 	LLVMValueRef (*region_exp_nonpos)(fj_cg *cg, LLVMValueRef x);
+	/* e^x inside fused regions where only c + e^x is used, |c| >= 1: bit
+	 * for bit region_math's exp for x >= -86, cheaper, and e^-86 below (c +
+	 * e^x rounds to c either way); NULL, or a NULL result: the caller's
+	 * general exp (fj_cg_exp_addend). */
+	LLVMValueRef (*region_exp_addend)(fj_cg *cg, LLVMValueRef x);
 	/* GPU: i32 thread index, block index, block size, grid size on axis 0..2. */
 	LLVMValueRef (*thread_idx)(fj_cg *cg, int axis);
 	LLVMValueRef (*block_idx)(fj_cg *cg, int axis);
@@ -298,6 +303,9 @@ LLVMValueRef fj_cg_math2(fj_cg *cg, fj_cg_math fn, LLVMValueRef x, LLVMValueRef 
 /* e^x for an x that is <= 0 or NaN at every point (fj_cg_target's
  * region_exp_nonpos, else FJ_MATH_EXP). */
 LLVMValueRef fj_cg_exp_nonpos(fj_cg *cg, LLVMValueRef x);
+/* e^x where only c + e^x is used, |c| >= 1 (fj_cg_target's region_exp_addend),
+ * or NULL: the target has no such form for x's type. */
+LLVMValueRef fj_cg_exp_addend(fj_cg *cg, LLVMValueRef x);
 /* The libm name of math function fn ("expf" or "exp" when dbl), for the
  * targets that JIT for the host (the host backend and the NVPTX emulator). */
 const char *fj_cg_libm_name(fj_cg_math fn, bool dbl);
@@ -311,6 +319,9 @@ LLVMValueRef fj_cg_poly_math(fj_cg *cg, fj_cg_math fn, LLVMValueRef *args);
 /* Its exp for an x known to be <= 0 or NaN (fj_cg_target's
  * region_exp_nonpos); NULL unless x is f32. */
 LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x);
+/* Its exp where only c + e^x is used, |c| >= 1 (fj_cg_target's
+ * region_exp_addend); NULL unless x is f32. */
+LLVMValueRef fj_cg_poly_exp_addend(fj_cg *cg, LLVMValueRef x);
 /* After optimisation, for a host with AVX-512: the polynomial exp's
  * vectorised scaling by 2^n (two multiplies by powers of 2 made with
  * integer ops) becomes one vscalefps, the same bits; on 8- and 4-float

@@ -10,7 +10,8 @@
  *   exp, exp2   Cody-Waite reduction by ln2 (n from a shifter sum), a degree-6
  *               polynomial, scaled by 2^n in two steps (denormal results), one
  *               vscalefps with AVX-512 (fj_cg_poly_scalef) -- ~1 ulp; exp of an
- *               argument <= 0 (fj_cg_poly_exp_nonpos) the same bits in fewer ops
+ *               argument <= 0 (fj_cg_poly_exp_nonpos) the same bits in fewer ops,
+ *               and so is c + exp for |c| >= 1 (fj_cg_poly_exp_addend)
  *   expm1       Cephes expm1f polynomial on [-0.5, 0.5], exp(x) - 1 outside -- ~1.5 ulp
  *   log, log2, log10   Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9) -- ~1 ulp
  *   log1p       log(1 + x) * x / ((1 + x) - 1) (Goldberg's trick) -- ~2 ulp
@@ -333,6 +334,36 @@ LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x)
 		return NULL;
 	pm p = {cg, ty, vec ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty)) : cg->t_i32};
 	return p_exp_nonpos(&p, x);
+}
+
+/* exp(x) where only c + exp(x) is used, |c| >= 1 (sigmoid's, silu's and the
+ * tanh gelu's 1 + exp(z): region_eval.c, exp_uses). With x clamped to
+ * [-86, 89], n stays within [-124, 128], so 2^(n - 1) is a normal number
+ * made by one shift: with the shifter SHIFTER + 126, t's bits shifted left
+ * by 23 are (n + 126) << 23 (as in p_exp_nonpos). Times 2P (exp_core_scaled,
+ * exact) it rounds once to P 2^n, as scale2's second factor does: p_exp's
+ * bits (inf from x = 88.72 on). Below -86, e^-86 < 2^-124 instead of e^x:
+ * c + either rounds to c. Two integer ops where scale2 takes eight with
+ * AVX2 (four with vscalefps). */
+static V p_exp_addend(pm *p, V x)
+{
+	V xc = clampf(p, x, -86.0, 89.0);
+	V t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, SHIFTER + 126));
+	V n = sub(p, t, cst(p, SHIFTER + 126));
+	V r = fma3(p, n, cst(p, -0.693359375), xc);
+	r = fma3(p, n, cst(p, 2.12194440e-4), r);
+	V s = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), ""), p->ty, "");
+	return mul(p, exp_core_scaled(p, r, 2.0), s);
+}
+
+LLVMValueRef fj_cg_poly_exp_addend(fj_cg *cg, LLVMValueRef x)
+{
+	LLVMTypeRef ty = LLVMTypeOf(x);
+	bool vec = LLVMGetTypeKind(ty) == LLVMVectorTypeKind;
+	if ((vec ? LLVMGetElementType(ty) : ty) != cg->t_f32)
+		return NULL;
+	pm p = {cg, ty, vec ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty)) : cg->t_i32};
+	return p_exp_addend(&p, x);
 }
 
 static V p_exp2(pm *p, V x)

@@ -604,8 +604,9 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
 	return true;
 }
 
-/* May the exp v = e^z, z its operand, be computed as e^max(z, -87.33), bit
- * for bit? Where v is not a result and every use of it is
+/* How may the exp v = e^z, z its operand, be computed? EXP_CLAMP: as
+ * e^max(z, -87.33), bit for bit, where v is not a result and every use of
+ * it is
  *  - a sum c + v with a constant |c| >= 1 (the 1 + exp(z) of sigmoid, silu
  *    and the tanh gelu): below -87.33 e^z < 2^-125, and c + e^z rounds to c
  *    either way;
@@ -618,13 +619,22 @@ static bool const_value(fj_rg *r, fj_vid v, double *out)
  * [512,2048] linear with the tanh gelu as its epilogue, inputs uniform in
  * [-1, 1) (about 1 gelu argument in 70 between 10.0 and 10.7, where e^z is
  * denormal): 5.5 ms, against 3.7 with inputs a tenth as large; 3.3 without
- * the gelu. */
-static bool exp_clamp_exact(fj_rg *r, fj_vid v, fj_vid z)
+ * the gelu.
+ * EXP_ADDEND: every use is such a sum, so fj_cg_exp_addend may compute it,
+ * with one integer op for scale2's eight (math_poly.c: p_exp_addend). Intel
+ * Xeon (Emerald Rapids), [8192,4096] f32, 2 threads, fj-bench-ab median
+ * speed ratio (quartiles): AVX2 code, the tanh gelu forward 1.188
+ * (1.170-1.208), silu 1.184 (1.163-1.207); AVX-512 (scale2 is four ops
+ * there, vscalefps) 1.040 (1.026-1.056) both.
+ * EXP_ANY: neither. */
+enum { EXP_ANY, EXP_CLAMP, EXP_ADDEND };
+
+static int exp_uses(fj_rg *r, fj_vid v, fj_vid z)
 {
 	const fj_graph *b = r->body;
 	if (region_result(r, v))
-		return false;
-	uint32_t uses = 0;
+		return EXP_ANY;
+	uint32_t uses = 0, sums = 0;
 	for (uint32_t i = 0; i < b->nnodes; i++) {
 		const fj_node *n = &b->nodes[i];
 		for (uint32_t k = 0; k < n->nopnds; k++) {
@@ -633,17 +643,18 @@ static bool exp_clamp_exact(fj_rg *r, fj_vid v, fj_vid z)
 			double c;
 			if (n->op == FJ_OP_PRIMS_ADD && n->nopnds == 2 && const_value(r, n->opnds[1 - k], &c) && fabs(c) >= 1) {
 				uses++;
+				sums++;
 				continue;
 			}
 			const fj_node *lt = n->op == FJ_OP_PRIMS_WHERE && k == 2 ? def_node(r, n->opnds[0]) : NULL;
 			if (!lt || lt->op != FJ_OP_PRIMS_LT || lt->opnds[0] != z || b->values[v].type.dtype != FJ_DT_F32 ||
 			    b->values[z].type.dtype != FJ_DT_F32 || !const_value(r, lt->opnds[1], &c) ||
 			    !((float)c >= (float)fj_dtype_exp_normal_lo(FJ_DT_F32)) || !const_value(r, n->opnds[1], &c) || c != 0)
-				return false;
+				return EXP_ANY;
 			uses++;
 		}
 	}
-	return uses > 0;
+	return uses == 0 ? EXP_ANY : sums == uses ? EXP_ADDEND : EXP_CLAMP;
 }
 
 static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_point *p)
@@ -674,12 +685,17 @@ static LLVMValueRef eval_pointwise(fj_rg *r, const fj_node *n, fj_vid v, fj_rg_p
 			args[i] = fj_rg_eval_as(r, o, p, want);
 		}
 	}
-	if (n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] && exp_clamp_exact(r, v, n->opnds[0])) {
+	bool nonpos = n->op == FJ_OP_PRIMS_EXP && (n == r->exp_nonpos || minus_row_max(r, n->opnds[0]));
+	int eu = n->op == FJ_OP_PRIMS_EXP && dt == FJ_DT_F32 && args[0] ? exp_uses(r, v, n->opnds[0]) : EXP_ANY;
+	LLVMValueRef ea = eu == EXP_ADDEND && !nonpos ? fj_cg_exp_addend(r->cg, args[0]) : NULL;
+	if (ea)
+		return ea;
+	if (eu != EXP_ANY) {
 		LLVMValueRef lo = fj_cg_const(r->cg, FJ_DT_F32, fj_dtype_exp_normal_lo(FJ_DT_F32), 0);
 		LLVMValueRef below = LLVMBuildFCmp(r->cg->b, LLVMRealOLT, args[0], lo, "");
 		args[0] = LLVMBuildSelect(r->cg->b, below, lo, args[0], "");
 	}
-	if (n->op == FJ_OP_PRIMS_EXP && (n == r->exp_nonpos || minus_row_max(r, n->opnds[0])))
+	if (nonpos)
 		return fj_cg_exp_nonpos(r->cg, args[0]); /* the same bits, cheaper */
 	/* Divisions keep their bits, also by a per-row value: a reciprocal
 	 * hoisted out of the row (x * (1/s)) may differ from x / s by an ulp, and

@@ -850,6 +850,84 @@ START_TEST(exp_scalef_bits)
 }
 END_TEST
 
+/* An exp whose only uses are sums c + e^x with |c| >= 1 (sigmoid's, silu's
+ * and the tanh gelu's 1 + exp) takes the cheaper fj_cg_exp_addend
+ * (region_eval.c: exp_uses); the sums must keep the bits they get from the
+ * general exp, which a graph that also returns e^x keeps. 1 + e^x and -3.5
+ * + e^x on every 257th float bit pattern (16 million, NaN and inf among
+ * them) and on every float in [-87.5, -85.5] and [88.5, 89.5] (the
+ * clamps), with AVX-512 code (where the CPU has it) and with AVX2 code. */
+START_TEST(exp_addend_bits)
+{
+	enum { N = 1 << 22 };
+	static const float edges[][2] = {{-87.5f, -85.5f}, {88.5f, 89.5f}};
+	static const char body[] =
+		"graph @f(%x: f32[4194304]) {\n  %e = prims.exp(%x)\n"
+		"  %c = prims.full() {shape=[4194304], value=1.0, dtype=f32}\n  %s = prims.add(%e, %c)\n"
+		"  %d = prims.full() {shape=[4194304], value=-3.5, dtype=f32}\n  %t = prims.add(%d, %e)\n"
+		"  return %s, %t";
+	int64_t n = N;
+	for (int target = 0; target < 2; target++) {
+		fj_context *ctx = region_context();
+		if (target == 1 && fj_context_set_option(ctx, "host_target", "avx2") != FJ_OK) {
+			fprintf(stderr, "exp_addend_bits: no AVX2 code on this CPU, compared once\n");
+			fj_context_destroy(ctx);
+			break;
+		}
+		fj_rt_tensor x = {0};
+		ck_assert_int_eq(fj_rt_tensor_alloc(ctx, &x, FJ_DT_F32, 1, &n), FJ_OK);
+		uint32_t *xb = x.data;
+		fj_module *m[2] = {NULL, NULL};
+		fj_rt_program *p[2] = {NULL, NULL};
+		const fj_rt_tensor *inp[1] = {&x};
+		for (int k = 0; k < 2; k++) { /* k = 0: the sums alone; 1: e^x a result too */
+			char text[512];
+			snprintf(text, sizeof text, "%s%s\n}\n", body, k ? ", %e" : "");
+			fj_graph *g = fuse_copy(ctx, text, &m[k], "pointwise");
+			ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p[k]) == FJ_OK, "%s", fj_context_error(ctx));
+			ck_assert_int_eq(fj_rt_program_bind(p[k], inp, NULL, NULL, 0), FJ_OK);
+		}
+		uint64_t next = 0;
+		size_t edge = 0;
+		float ef = edges[0][0];
+		for (bool more = true; more;) {
+			int64_t len = 0;
+			for (; len < N && next < (1ull << 32); next += 257)
+				xb[len++] = (uint32_t)next;
+			while (len < N && next >= (1ull << 32) && edge < FJ_ARRAY_LEN(edges)) {
+				memcpy(&xb[len++], &ef, 4);
+				ef = nextafterf(ef, INFINITY);
+				if (ef > edges[edge][1] && ++edge < FJ_ARRAY_LEN(edges))
+					ef = edges[edge][0];
+			}
+			more = len == N;
+			for (int64_t i = len; i < N; i++)
+				xb[i] = 0;
+			fj_rt_tensor y[2][3] = {{{0}}};
+			for (int k = 0; k < 2; k++)
+				ck_assert_msg(fj_rt_program_run(p[k], inp, y[k]) == FJ_OK, "%s", fj_context_error(ctx));
+			const float *xf = x.data;
+			for (int o = 0; o < 2; o++) {
+				const float *a = y[0][o].data, *b = y[1][o].data;
+				for (int64_t i = 0; i < len; i++)
+					if (!same_bits(a[i], b[i]))
+						ck_abort_msg("%s + exp(%a): %a, with the general exp %a (%s code)", o ? "-3.5" : "1",
+						             (double)xf[i], (double)a[i], (double)b[i], target ? "AVX2" : "native");
+			}
+			for (int k = 0; k < 2; k++)
+				for (int o = 0; o < 2 + k; o++)
+					fj_rt_tensor_free(&y[k][o]);
+		}
+		for (int k = 0; k < 2; k++) {
+			fj_rt_program_destroy(p[k]);
+			fj_module_destroy(m[k]);
+		}
+		fj_rt_tensor_free(&x);
+		fj_context_destroy(ctx);
+	}
+}
+END_TEST
+
 Suite *suite_region(void)
 {
 	Suite *s = suite_create("region");
@@ -875,6 +953,7 @@ Suite *suite_region(void)
 	tcase_add_test(tc, softmax_recip_bits);
 	tcase_add_test(tc, exp_input_bits);
 	tcase_add_test(tc, exp_scalef_bits);
+	tcase_add_test(tc, exp_addend_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }
