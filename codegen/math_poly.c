@@ -294,14 +294,29 @@ static V clampf(pm *p, V x, double lo, double hi)
 /* n = round(x / ln2) through the shifter (the rounded value and its integer
  * from one sum), r = x - n ln2 in two Cody-Waite steps, e^r * 2^n. NaN
  * propagates through r: no select for it. */
+static V exp_reduce(pm *p, V xc, double shifter, V *t)
+{
+	*t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, shifter));
+	V n = sub(p, *t, cst(p, shifter));
+	V r = fma3(p, n, cst(p, -0.693359375), xc);
+	return fma3(p, n, cst(p, 2.12194440e-4), r);
+}
+
 static V p_exp(pm *p, V x)
 {
-	V xc = clampf(p, x, -104.0, 89.0);
-	V t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, SHIFTER));
-	V n = sub(p, t, cst(p, SHIFTER));
-	V r = fma3(p, n, cst(p, -0.693359375), xc);
-	r = fma3(p, n, cst(p, 2.12194440e-4), r);
+	V t, r = exp_reduce(p, clampf(p, x, -104.0, 89.0), SHIFTER, &t);
 	return scale2(p, exp_core(p, r), t);
+}
+
+/* e^xc for an xc whose n = round(xc / ln2) keeps n + bias within [1, 254]:
+ * the shifter SHIFTER + bias makes t's bits shifted left by 23 the bits of
+ * 2^(n + bias - 127), and the polynomial times 2^(127 - bias) (exact) times
+ * that rounds once to P 2^n. */
+static V exp_shifted(pm *p, V xc, int bias)
+{
+	V t, r = exp_reduce(p, xc, SHIFTER + bias, &t);
+	V s = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), ""), p->ty, "");
+	return mul(p, exp_core_scaled(p, r, ldexp(1.0, 127 - bias)), s);
 }
 
 /* exp(x) for x <= 0 or NaN, bit for bit p_exp's there (softmax's x - max,
@@ -311,60 +326,39 @@ static V p_exp(pm *p, V x)
  * SHIFTER + 152 gives the same n (round(x / ln2) is never a tie: log2(e)'s
  * odd 24-bit significand would have to divide 2k + 1 <= 301), and its bits
  * shifted left by 23 are (n + 152) << 23, the bits of 2^(n + 25), a normal
- * number. The polynomial scaled by 2^-25 (exp_core_scaled, exact) times
+ * number (exp_shifted, bias 152). The polynomial scaled by 2^-25 (exact) times
  * it rounds once to P 2^n, as scale2's second factor does (one multiply,
  * not two). A NaN x makes P NaN, so the product stays NaN whatever the
  * factor's bits. */
 static V p_exp_nonpos(pm *p, V x)
 {
-	V xc = sel(p, fcmp(p, LLVMRealOLT, x, cst(p, -104.0)), cst(p, -104.0), x);
-	V t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, SHIFTER + 152));
-	V n = sub(p, t, cst(p, SHIFTER + 152));
-	V r = fma3(p, n, cst(p, -0.693359375), xc);
-	r = fma3(p, n, cst(p, 2.12194440e-4), r);
-	V s = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), ""), p->ty, "");
-	return mul(p, exp_core_scaled(p, r, 0x1p-25), s);
+	return exp_shifted(p, sel(p, fcmp(p, LLVMRealOLT, x, cst(p, -104.0)), cst(p, -104.0), x), 152);
 }
 
-LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x)
+/* fn(x) for an f32 x (scalar or vector), else NULL */
+static LLVMValueRef f32_only(fj_cg *cg, LLVMValueRef x, V (*fn)(pm *, V))
 {
 	LLVMTypeRef ty = LLVMTypeOf(x);
 	bool vec = LLVMGetTypeKind(ty) == LLVMVectorTypeKind;
 	if ((vec ? LLVMGetElementType(ty) : ty) != cg->t_f32)
 		return NULL;
 	pm p = {cg, ty, vec ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty)) : cg->t_i32};
-	return p_exp_nonpos(&p, x);
+	return fn(&p, x);
 }
+
+LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x) { return f32_only(cg, x, p_exp_nonpos); }
 
 /* exp(x) where only c + exp(x) is used, |c| >= 1 (sigmoid's, silu's and the
  * tanh gelu's 1 + exp(z): region_eval.c, exp_uses). With x clamped to
  * [-86, 89], n stays within [-124, 128], so 2^(n - 1) is a normal number
- * made by one shift: with the shifter SHIFTER + 126, t's bits shifted left
- * by 23 are (n + 126) << 23 (as in p_exp_nonpos). Times 2P (exp_core_scaled,
- * exact) it rounds once to P 2^n, as scale2's second factor does: p_exp's
- * bits (inf from x = 88.72 on). Below -86, e^-86 < 2^-124 instead of e^x:
+ * made by one shift (exp_shifted, bias 126). Times 2P it rounds once to P
+ * 2^n, as scale2's second factor does: p_exp's bits (inf from x = 88.72
+ * on). Below -86, e^-86 < 2^-124 instead of e^x:
  * c + either rounds to c. Two integer ops where scale2 takes eight with
  * AVX2 (four with vscalefps). */
-static V p_exp_addend(pm *p, V x)
-{
-	V xc = clampf(p, x, -86.0, 89.0);
-	V t = fma3(p, xc, cst(p, 1.44269504088896341), cst(p, SHIFTER + 126));
-	V n = sub(p, t, cst(p, SHIFTER + 126));
-	V r = fma3(p, n, cst(p, -0.693359375), xc);
-	r = fma3(p, n, cst(p, 2.12194440e-4), r);
-	V s = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildBitCast(B, t, p->ity, ""), icst(p, 23), ""), p->ty, "");
-	return mul(p, exp_core_scaled(p, r, 2.0), s);
-}
+static V p_exp_addend(pm *p, V x) { return exp_shifted(p, clampf(p, x, -86.0, 89.0), 126); }
 
-LLVMValueRef fj_cg_poly_exp_addend(fj_cg *cg, LLVMValueRef x)
-{
-	LLVMTypeRef ty = LLVMTypeOf(x);
-	bool vec = LLVMGetTypeKind(ty) == LLVMVectorTypeKind;
-	if ((vec ? LLVMGetElementType(ty) : ty) != cg->t_f32)
-		return NULL;
-	pm p = {cg, ty, vec ? LLVMVectorType(cg->t_i32, LLVMGetVectorSize(ty)) : cg->t_i32};
-	return p_exp_addend(&p, x);
-}
+LLVMValueRef fj_cg_poly_exp_addend(fj_cg *cg, LLVMValueRef x) { return f32_only(cg, x, p_exp_addend); }
 
 static V p_exp2(pm *p, V x)
 {

@@ -576,16 +576,25 @@ START_TEST(poly_accuracy)
 }
 END_TEST
 
-/* Runs the one-input graph src, which must hold a `sched` region, on the
- * host executor; out[] receives its outputs. */
+/* A host program of graph src (a `sched` region; its module into *m),
+ * bound to the inputs inp. */
+static fj_rt_program *host_program(fj_context *ctx, const char *src, const char *sched,
+                                   const fj_rt_tensor *const *inp, fj_module **m)
+{
+	fj_graph *g = fuse_copy(ctx, src, m, sched);
+	fj_rt_program *p = NULL;
+	ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p) == FJ_OK, "%s", fj_context_error(ctx));
+	ck_assert_int_eq(fj_rt_program_bind(p, inp, NULL, NULL, 0), FJ_OK);
+	return p;
+}
+
+/* Runs the graph src, which must hold a `sched` region, on the host
+ * executor; out[] receives its outputs. */
 static void run_host_n(fj_context *ctx, const char *src, const char *sched, const fj_rt_tensor *const *inp,
                        fj_rt_tensor *out)
 {
 	fj_module *m = NULL;
-	fj_graph *g = fuse_copy(ctx, src, &m, sched);
-	fj_rt_program *p = NULL;
-	ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p) == FJ_OK, "%s", fj_context_error(ctx));
-	ck_assert_int_eq(fj_rt_program_bind(p, inp, NULL, NULL, 0), FJ_OK);
+	fj_rt_program *p = host_program(ctx, src, sched, inp, &m);
 	ck_assert_msg(fj_rt_program_run(p, inp, out) == FJ_OK, "%s", fj_context_error(ctx));
 	fj_rt_program_destroy(p);
 	fj_module_destroy(m);
@@ -776,6 +785,39 @@ START_TEST(exp_input_bits)
 }
 END_TEST
 
+/* Float inputs in chunks: every `step`-th bit pattern, then every float of
+ * the ranges edges[0..nedges) (the special values' neighbourhoods). */
+typedef struct sweep {
+	unsigned step;
+	const float (*edges)[2];
+	size_t nedges, edge;
+	uint64_t next;
+	float ef;
+} sweep;
+
+static void sweep_init(sweep *w, unsigned step, const float (*edges)[2], size_t nedges)
+{
+	*w = (sweep){.step = step, .edges = edges, .nedges = nedges, .ef = edges[0][0]};
+}
+
+/* The next chunk into xb[0..n), zeros past its length (returned); a chunk
+ * shorter than n is the last. */
+static int64_t sweep_next(sweep *w, uint32_t *xb, int64_t n)
+{
+	int64_t len = 0;
+	for (; len < n && w->next < (1ull << 32); w->next += w->step)
+		xb[len++] = (uint32_t)w->next;
+	while (len < n && w->next >= (1ull << 32) && w->edge < w->nedges) {
+		memcpy(&xb[len++], &w->ef, 4);
+		w->ef = nextafterf(w->ef, INFINITY);
+		if (w->ef > w->edges[w->edge][1] && ++w->edge < w->nedges)
+			w->ef = w->edges[w->edge][0];
+	}
+	for (int64_t i = len; i < n; i++)
+		xb[i] = 0;
+	return len;
+}
+
 /* With AVX-512 the polynomial exp's scaling by 2^n is one vscalefps
  * (fj_cg_poly_scalef); its results must keep the bits of the two multiplies
  * that host_target=avx2 still makes. exp, exp2 and expm1 on every 61st
@@ -803,29 +845,14 @@ START_TEST(exp_scalef_bits)
 		fj_module *m[2] = {NULL, NULL};
 		fj_rt_program *p[2] = {NULL, NULL};
 		const fj_rt_tensor *inp[1] = {&x};
-		for (int k = 0; k < 2; k++) {
-			fj_graph *g = fuse_copy(ctx[k], src, &m[k], "pointwise");
-			ck_assert_msg(fj_rt_program_create(ctx[k], g, FJ_RT_EXEC_HOST, &p[k]) == FJ_OK, "%s",
-			              fj_context_error(ctx[k]));
-			ck_assert_int_eq(fj_rt_program_bind(p[k], inp, NULL, NULL, 0), FJ_OK);
-		}
+		for (int k = 0; k < 2; k++)
+			p[k] = host_program(ctx[k], src, "pointwise", inp, &m[k]);
 		/* chunks of N inputs: the strided sweep, then the edges */
-		uint64_t next = 0;
-		size_t edge = 0;
-		float ef = edges[0][0];
+		sweep w;
+		sweep_init(&w, 61, edges, FJ_ARRAY_LEN(edges));
 		for (bool more = true; more;) {
-			int64_t len = 0;
-			for (; len < N && next < (1ull << 32); next += 61)
-				xb[len++] = (uint32_t)next;
-			while (len < N && next >= (1ull << 32) && edge < FJ_ARRAY_LEN(edges)) {
-				memcpy(&xb[len++], &ef, 4);
-				ef = nextafterf(ef, INFINITY);
-				if (ef > edges[edge][1] && ++edge < FJ_ARRAY_LEN(edges))
-					ef = edges[edge][0];
-			}
+			int64_t len = sweep_next(&w, xb, N);
 			more = len == N;
-			for (int64_t i = len; i < N; i++)
-				xb[i] = 0;
 			fj_rt_tensor y[2] = {{0}, {0}};
 			for (int k = 0; k < 2; k++)
 				ck_assert_msg(fj_rt_program_run(p[k], inp, &y[k]) == FJ_OK, "%s", fj_context_error(ctx[k]));
@@ -883,26 +910,13 @@ START_TEST(exp_addend_bits)
 		for (int k = 0; k < 2; k++) { /* k = 0: the sums alone; 1: e^x a result too */
 			char text[512];
 			snprintf(text, sizeof text, "%s%s\n}\n", body, k ? ", %e" : "");
-			fj_graph *g = fuse_copy(ctx, text, &m[k], "pointwise");
-			ck_assert_msg(fj_rt_program_create(ctx, g, FJ_RT_EXEC_HOST, &p[k]) == FJ_OK, "%s", fj_context_error(ctx));
-			ck_assert_int_eq(fj_rt_program_bind(p[k], inp, NULL, NULL, 0), FJ_OK);
+			p[k] = host_program(ctx, text, "pointwise", inp, &m[k]);
 		}
-		uint64_t next = 0;
-		size_t edge = 0;
-		float ef = edges[0][0];
+		sweep w;
+		sweep_init(&w, 257, edges, FJ_ARRAY_LEN(edges));
 		for (bool more = true; more;) {
-			int64_t len = 0;
-			for (; len < N && next < (1ull << 32); next += 257)
-				xb[len++] = (uint32_t)next;
-			while (len < N && next >= (1ull << 32) && edge < FJ_ARRAY_LEN(edges)) {
-				memcpy(&xb[len++], &ef, 4);
-				ef = nextafterf(ef, INFINITY);
-				if (ef > edges[edge][1] && ++edge < FJ_ARRAY_LEN(edges))
-					ef = edges[edge][0];
-			}
+			int64_t len = sweep_next(&w, xb, N);
 			more = len == N;
-			for (int64_t i = len; i < N; i++)
-				xb[i] = 0;
 			fj_rt_tensor y[2][3] = {{{0}}};
 			for (int k = 0; k < 2; k++)
 				ck_assert_msg(fj_rt_program_run(p[k], inp, y[k]) == FJ_OK, "%s", fj_context_error(ctx));
