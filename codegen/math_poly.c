@@ -353,9 +353,9 @@ LLVMValueRef fj_cg_poly_exp_nonpos(fj_cg *cg, LLVMValueRef x) { return f32_only(
  * [-86, 89], n stays within [-124, 128], so 2^(n - 1) is a normal number
  * made by one shift (exp_shifted, bias 126). Times 2P it rounds once to P
  * 2^n, as scale2's second factor does: p_exp's bits (inf from x = 88.72
- * on). Below -86, e^-86 < 2^-124 instead of e^x:
- * c + either rounds to c. Two integer ops where scale2 takes eight with
- * AVX2 (four with vscalefps). */
+ * on). Below -86 it gives e^-86 < 2^-124 instead of e^x: c + either rounds
+ * to c. One integer op where scale2 takes eight with AVX2 (four with
+ * vscalefps). */
 static V p_exp_addend(pm *p, V x) { return exp_shifted(p, clampf(p, x, -86.0, 89.0), 126); }
 
 LLVMValueRef fj_cg_poly_exp_addend(fj_cg *cg, LLVMValueRef x) { return f32_only(cg, x, p_exp_addend); }
