@@ -241,7 +241,7 @@ static void epi_plan(mm *m)
 	m->nepi = 0;
 	for (uint32_t i = 0; i < m->r->nin && i < g->nparams && m->nepi < EPI_MAX; i++) {
 		const fj_cg_operand *o = &m->r->in[i];
-		if (o->none || o->literal || (int)i == m->a_in || (int)i == m->bt_in || (int)i == b_in ||
+		if (o->none || o->literal || (int)i == m->a_in || (int)i == b_in || /* bt_in, when set, is b_in */
 		    !fj_type_same_dims(&g->values[g->params[i]].type, &g->values[m->mv].type))
 			continue;
 		m->epi_in[m->nepi++] = (int)i;
@@ -715,6 +715,13 @@ static LLVMValueRef in_offset(mm *m, const fj_cg_tensor *t, LLVMValueRef b, LLVM
 	return fj_cg_offset(m->cg, t, idx);
 }
 
+/* The micro-kernel calls of a full tile in one K block: the calls q of
+ * macro() among which prefetch_a and prefetch_epi share out their lines. */
+static int64_t tile_calls(const mm *m)
+{
+	return (int64_t)(m->mc / m->mr) * (m->nc / m->nr);
+}
+
 /* Prefetches (into L2) micro-kernel q's share of the next A block: batch
  * nb, rows nic .. nic + MC, k's npc .. npc + KC of X (in_place), whose
  * pack_a would otherwise wait on memory. Packing A from rows apart (MC
@@ -738,8 +745,7 @@ static void prefetch_a(mm *m, LLVMValueRef q, LLVMValueRef nb, LLVMValueRef nic,
 	const fj_cg_tensor *t = &m->r->in[m->a_in].t;
 	int64_t per = 64 / (int64_t)fj_dtype_size(t->dtype);
 	int64_t slow = m->a_swap ? m->kc : m->mc, fast = m->a_swap ? m->mc : m->kc;
-	int64_t nq = (int64_t)(m->mc / m->mr) * (m->nc / m->nr);
-	int64_t c = (slow + nq - 1) / nq;
+	int64_t nq = tile_calls(m), c = (slow + nq - 1) / nq;
 	LLVMValueRef s0 = mul(m, q, c64(m, c));
 	fj_cg_if in;
 	fj_cg_if_begin(cg, &in, LLVMBuildICmp(BB, LLVMIntSLT, s0, c64(m, slow), ""));
@@ -809,7 +815,7 @@ static void prefetch_epi(mm *m, LLVMValueRef q, LLVMValueRef b, LLVMValueRef ic,
 	if (!m->nepi)
 		return;
 	fj_cg *cg = m->cg;
-	int64_t nq = (int64_t)(m->mc / m->mr) * (m->nc / m->nr);
+	int64_t nq = tile_calls(m);
 	fj_cg_if in;
 	fj_cg_if_begin(cg, &in, last);
 	for (int e = 0; e < m->nepi; e++) {
