@@ -341,6 +341,8 @@ void fj_cg_store(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, LLVMValu
 	v = fj_cg_to_storage(cg, t->dtype, v);
 	LLVMValueRef s = LLVMBuildStore(cg->b, v, elem_ptr(cg, t, offset));
 	LLVMSetAlignment(s, (unsigned)fj_dtype_size(t->dtype));
+	if (t->stream)
+		fj_cg_tag_stream(cg, s);
 }
 
 void fj_cg_prefetch(fj_cg *cg, const fj_cg_tensor *t, LLVMValueRef offset, fj_cg_prefetch_level level)
@@ -376,6 +378,27 @@ void fj_cg_set_nontemporal(LLVMValueRef store)
 	LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(llctx), 1, 0));
 	LLVMSetMetadata(store, LLVMGetMDKindIDInContext(llctx, "nontemporal", 11),
 	                LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, &one, 1)));
+}
+
+static unsigned tbaa_kind(LLVMContextRef llctx) { return LLVMGetMDKindIDInContext(llctx, "tbaa", 4); }
+
+/* The access tag fj_cg_tag_stream puts on a store: uniqued by the context,
+ * so the same node each time. */
+static LLVMValueRef stream_tag(LLVMContextRef llctx)
+{
+	static const char root_name[] = "fusejit streamed stores", type_name[] = "fj.stream";
+	LLVMMetadataRef name = LLVMMDStringInContext2(llctx, root_name, sizeof root_name - 1);
+	LLVMMetadataRef root = LLVMMDNodeInContext2(llctx, &name, 1);
+	LLVMMetadataRef zero = LLVMValueAsMetadata(LLVMConstInt(LLVMInt64TypeInContext(llctx), 0, 0));
+	LLVMMetadataRef ty[3] = {LLVMMDStringInContext2(llctx, type_name, sizeof type_name - 1), root, zero};
+	LLVMMetadataRef type = LLVMMDNodeInContext2(llctx, ty, 3);
+	LLVMMetadataRef tag[3] = {type, type, zero};
+	return LLVMMetadataAsValue(llctx, LLVMMDNodeInContext2(llctx, tag, 3));
+}
+
+void fj_cg_tag_stream(fj_cg *cg, LLVMValueRef store)
+{
+	LLVMSetMetadata(store, tbaa_kind(cg->llctx), stream_tag(cg->llctx));
 }
 
 /* lines 64-byte lines from src (src_align-byte aligned) to 64-byte aligned
@@ -428,13 +451,15 @@ void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueR
 void fj_cg_stream_stores(LLVMModuleRef mod)
 {
 	LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);
+	LLVMContextRef llctx = LLVMGetModuleContext(mod);
+	LLVMValueRef tag = stream_tag(llctx);
+	unsigned kind = tbaa_kind(llctx);
 	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
-		if (!LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, FJ_CG_STREAM,
-		                                   (unsigned)strlen(FJ_CG_STREAM)))
-			continue;
+		bool all = LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, FJ_CG_STREAM,
+		                                         (unsigned)strlen(FJ_CG_STREAM)) != NULL;
 		for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
 			for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i)) {
-				if (!LLVMIsAStoreInst(i))
+				if (!LLVMIsAStoreInst(i) || (!all && LLVMGetMetadata(i, kind) != tag))
 					continue;
 				LLVMTypeRef ty = LLVMTypeOf(LLVMGetOperand(i, 0));
 				if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind ||

@@ -163,6 +163,7 @@ typedef struct fj_cg_tensor {
 	LLVMValueRef dim[FJ_MAX_RANK];      /* i64 sizes */
 	LLVMValueRef stride[FJ_MAX_RANK];   /* i64 element strides (row-major dense) */
 	LLVMValueRef numel;                 /* i64 */
+	bool stream;                        /* fj_cg_store's stores are streamed (fj_cg_stream_stores) */
 } fj_cg_tensor;
 
 /* Loads element `offset` (i64, in elements) as a compute value. */
@@ -198,6 +199,12 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
  * alignment (LLVM 19), which the scalar loop cannot show. The kernel must
  * fence after its streamed stores (they are weakly ordered). */
 #define FJ_CG_STREAM "fj-stream"
+/* Marks one store for fj_cg_stream_stores, in any kernel: made
+ * non-temporal after optimisation where the vector store it becomes is
+ * aligned to its size (fj_cg_assume_aligned). The mark is a TBAA access
+ * tag under a root of its own, which only ever tells alias analysis "may
+ * alias"; the loop vectoriser carries it to the vector store. */
+void fj_cg_tag_stream(fj_cg *cg, LLVMValueRef store);
 /* Marks store instruction `store` !nontemporal. */
 void fj_cg_set_nontemporal(LLVMValueRef store);
 /* Copies `bytes` bytes (an i64 >= 0) from src, a 64-byte aligned buffer, to
@@ -215,7 +222,7 @@ void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueR
 void fj_cg_stream_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
- * fj_cg_mark_stream non-temporal. */
+ * fj_cg_mark_stream, and those tagged by fj_cg_tag_stream, non-temporal. */
 void fj_cg_stream_stores(LLVMModuleRef mod);
 /* sum(idx[k] * stride[k]) over t's rank. */
 LLVMValueRef fj_cg_offset(fj_cg *cg, const fj_cg_tensor *t, const LLVMValueRef *idx);
