@@ -215,11 +215,6 @@ void fj_cg_set_nontemporal(LLVMValueRef store);
  * a plain store at once, whichever thread writes the neighbour). The caller
  * fences before its kernel returns. */
 void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef bytes);
-/* The same for `lines` whole 64-byte lines (an i64), src and dst both
- * 64-byte aligned: no partial lines, no memcpy (a call in the matmul's tile
- * loop cost it 1.6 %: Emerald Rapids, the weight gradients, one thread,
- * alternating runs). */
-void fj_cg_stream_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
  * fj_cg_mark_stream, and those tagged by fj_cg_tag_stream, non-temporal. */
