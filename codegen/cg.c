@@ -443,6 +443,13 @@ void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueR
 	          LLVMBuildInBoundsGEP2(b, cg->t_i8, s1, &body, 1, ""), LLVMBuildNUWSub(b, rest, body, ""));
 }
 
+/* Whether store i can be non-temporal: a vector store aligned to its size. */
+static bool ntable(LLVMTargetDataRef dl, LLVMValueRef i)
+{
+	LLVMTypeRef ty = LLVMTypeOf(LLVMGetOperand(i, 0));
+	return LLVMGetTypeKind(ty) == LLVMVectorTypeKind && LLVMGetAlignment(i) >= LLVMStoreSizeOfType(dl, ty);
+}
+
 void fj_cg_stream_stores(LLVMModuleRef mod)
 {
 	LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);
@@ -452,16 +459,21 @@ void fj_cg_stream_stores(LLVMModuleRef mod)
 	for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
 		bool all = LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, FJ_CG_STREAM,
 		                                         (unsigned)strlen(FJ_CG_STREAM)) != NULL;
-		for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+		for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
+			/* tagged stores stream only where all of the block's can: a
+			 * line written partly streamed and partly plain is far slower
+			 * than one written plainly (fj_cg_tag_stream) */
+			bool tagged = true;
+			for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
+				if (LLVMIsAStoreInst(i) && LLVMGetMetadata(i, kind) == tag)
+					tagged &= ntable(dl, i);
 			for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i)) {
-				if (!LLVMIsAStoreInst(i) || (!all && LLVMGetMetadata(i, kind) != tag))
+				if (!LLVMIsAStoreInst(i) || !ntable(dl, i))
 					continue;
-				LLVMTypeRef ty = LLVMTypeOf(LLVMGetOperand(i, 0));
-				if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind ||
-				    LLVMGetAlignment(i) < LLVMStoreSizeOfType(dl, ty))
-					continue;
-				fj_cg_set_nontemporal(i);
+				if (LLVMGetMetadata(i, kind) == tag ? tagged : all)
+					fj_cg_set_nontemporal(i);
 			}
+		}
 	}
 }
 

@@ -497,7 +497,12 @@ static void rc_bind(hctx *h, const rowcache *rc, int ph, LLVMValueRef pos, LLVMV
  * 1.067, layer_norm 1.036, rms_norm 1.132; AVX-512 1.024, 1.032, 1.080,
  * 0.999; on 1 thread, softmax and layer_norm 1.076 and 1.078 (AVX2), 1.013
  * and 1.045 (AVX-512); backwards on 2 threads 1.01-1.10 (log_softmax's
- * the most). Chunks are 2 KiB, so that (presumably: no
+ * the most). In place only where every streamed output is of 4-byte
+ * elements: with an f16 output, LLVM's alignment-from-assumptions pass
+ * left one vector store of four (AVX2, 16 bytes at line offset 48) at its
+ * element alignment, so that fj_cg_stream_stores could not stream it, and
+ * lines written partly streamed and partly plain ran the kernel 7x slower
+ * (ln_residual_f16 on [8192,4096]). Chunks are 2 KiB, so that (presumably: no
  * performance counters here) the copy finds the chunk still in L1; a chunk
  * of 16 KiB is a whole 4096-float row, behind the pass's other streams (the
  * norm backwards read x, the tangent, the weight and the column partials).
@@ -548,6 +553,7 @@ typedef struct ntplan {
 	uint32_t out[MAXNT];      /* output indices */
 	LLVMValueRef buf[MAXGROUP][MAXNT];  /* per row of a group: [NTBUF x i8] stack buffers, 64-byte aligned */
 	LLVMValueRef ok;          /* i1: this call streams (alignment, sizes) */
+	bool direct;              /* whole chunks stored in place (output_pass_nt) */
 	bool checked;             /* ok holds wherever the plan is used (n > 0): no plain-store pass */
 	int64_t chunk;            /* row elements per buffer fill (64-byte multiple for every output) */
 } ntplan;
@@ -581,9 +587,11 @@ static void ntplan_make(hctx *h, ntplan *nt, const rowcache *rc, int rows)
 		return;
 	LLVMValueRef ok = LLVMConstInt(cg->t_i1, 1, 0);
 	nt->chunk = NTBUF;
+	nt->direct = true;
 	for (int i = 0; i < nt->n; i++) {
 		const fj_cg_tensor *o = &h->out[nt->out[i]];
 		int64_t esz = (int64_t)fj_dtype_size(o->dtype);
+		nt->direct &= esz == 4;
 		if (NTBUF / esz < nt->chunk)
 			nt->chunk = NTBUF / esz;
 		LLVMValueRef bytes = LLVMBuildNSWMul(BB, o->numel, c64(h, esz), "");
@@ -791,6 +799,13 @@ static void output_pass_nt(hctx *h, const rowcache *rc, rowgroup *g, const ntpla
 		for (int i = 0; i < nt->n; i++)
 			off[j][i] = row_offset(h, &h->out[nt->out[i]], g->idx[j], lo);
 	prefetch_rows(h, g->idx[g->n - 1], lo, hi, nt->chunk + KBLOCK, g->n, h->a->nphases);
+	if (!nt->direct) {
+		output_pass(h, rc, g, nt, false, off, lo, hi);
+		for (int j = 0; j < g->n; j++)
+			nt_copy(h, nt, j, off[j], lo, hi);
+		fj_cg_loop_end(h->cg, &lc);
+		return;
+	}
 	/* a whole chunk that starts on a line of every output in every row of
 	 * the group: stored in place, streamed */
 	LLVMValueRef end = LLVMBuildNSWAdd(BB, lc.iv, chunk, "");
