@@ -401,19 +401,24 @@ void fj_cg_tag_stream(fj_cg *cg, LLVMValueRef store)
 	LLVMSetMetadata(store, tbaa_kind(cg->llctx), stream_tag(cg->llctx));
 }
 
-/* lines 64-byte lines from src (any alignment) to 64-byte aligned dst,
- * non-temporal */
-static void nt_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines)
+/* lines 64-byte lines from src (src_align-byte aligned) to 64-byte aligned
+ * dst, non-temporal */
+static void nt_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines, unsigned src_align)
 {
 	LLVMTypeRef vty = LLVMVectorType(cg->t_i32, 16);
 	fj_cg_loop l;
 	fj_cg_loop_begin(cg, &l, fj_cg_i64(cg, 0), lines, "nt");
 	LLVMValueRef v = LLVMBuildLoad2(cg->b, vty, LLVMBuildInBoundsGEP2(cg->b, vty, src, &l.iv, 1, ""), "");
-	LLVMSetAlignment(v, 1);
+	LLVMSetAlignment(v, src_align);
 	LLVMValueRef st = LLVMBuildStore(cg->b, v, LLVMBuildInBoundsGEP2(cg->b, vty, dst, &l.iv, 1, ""));
 	LLVMSetAlignment(st, 64);
 	fj_cg_set_nontemporal(st);
 	fj_cg_loop_end(cg, &l);
+}
+
+void fj_cg_stream_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines)
+{
+	nt_lines(cg, dst, src, lines, 64);
 }
 
 /* memcpy(dst, src, n) where n (an i64) is not 0 */
@@ -438,7 +443,7 @@ void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueR
 	copy_some(cg, dst, src, head);
 	LLVMValueRef d1 = LLVMBuildInBoundsGEP2(b, cg->t_i8, dst, &head, 1, "");
 	LLVMValueRef s1 = LLVMBuildInBoundsGEP2(b, cg->t_i8, src, &head, 1, "");
-	nt_lines(cg, d1, s1, lines); /* src + head: line-aligned only where dst is */
+	nt_lines(cg, d1, s1, lines, 1); /* src + head: line-aligned only where dst is */
 	copy_some(cg, LLVMBuildInBoundsGEP2(b, cg->t_i8, d1, &body, 1, ""),
 	          LLVMBuildInBoundsGEP2(b, cg->t_i8, s1, &body, 1, ""), LLVMBuildNUWSub(b, rest, body, ""));
 }

@@ -205,7 +205,10 @@ void fj_cg_assume_aligned(fj_cg *cg, LLVMValueRef base, LLVMValueRef bytes, int6
  * tagged store of its basic block. A line written partly by non-temporal
  * and partly by plain stores ran 7x slower than one written plainly (an
  * f16 row kernel, Emerald Rapids), and the optimiser may leave one
- * vector store of an unrolled group at its element alignment. The mark is
+ * vector store of an unrolled group at its element alignment. Nor may
+ * another block (a remainder loop) write part of a line that a streamed
+ * block writes: the row kernels tag only 4-byte elements in loops of a
+ * constant trip count, whole lines a vector iteration. The mark is
  * a TBAA access tag under a root of its own, which only ever tells alias
  * analysis "may alias"; the loop vectoriser carries it to the vector
  * store. */
@@ -220,6 +223,11 @@ void fj_cg_set_nontemporal(LLVMValueRef store);
  * a plain store at once, whichever thread writes the neighbour). The caller
  * fences before its kernel returns. */
 void fj_cg_stream_copy(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef bytes);
+/* The same for `lines` whole 64-byte lines (an i64), src and dst both
+ * 64-byte aligned: no partial lines, no memcpy (a call in the matmul's tile
+ * loop cost it 1.6 %: Emerald Rapids, the weight gradients, one thread,
+ * alternating runs). */
+void fj_cg_stream_lines(fj_cg *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef lines);
 void fj_cg_mark_stream(fj_cg *cg);
 /* Makes the aligned vector stores of mod's kernels marked by
  * fj_cg_mark_stream, and those tagged by fj_cg_tag_stream (as it says),

@@ -118,6 +118,7 @@ typedef struct mm {
 	int epi_in[EPI_MAX];
 	int nnt;                /* outputs streamed out (nt_plan) */
 	uint32_t nt_out[NT_MAX];
+	LLVMValueRef nt_buf[NT_MAX]; /* their row buffers, NC elements */
 	LLVMValueRef nt_ok;     /* i1: this call streams them */
 } mm;
 
@@ -916,30 +917,27 @@ static void macro(mm *m, LLVMValueRef b, LLVMValueRef ic, LLVMValueRef jc, LLVMV
  * The epilogue's stores to an output much larger than the L2 miss it: each
  * line is read for ownership before it is written, from L3 or memory,
  * while the FMA units idle (the epilogue runs after the tile's last K
- * block). Streamed instead, the epilogue stores the output with
- * non-temporal vector stores (fj_cg_tag_stream), which write whole lines
- * without reading them. Intel Xeon (Emerald Rapids), one thread,
- * bench/matmul's shapes, alternating runs: the epilogue cost 3-7 % of the
- * matmul (4 MiB to 12 MiB outputs: leaving it out, 1024^3 13.7 against
- * 14.2 ms, the linear 1024 x 768 x 3072 30.2 against 32.7), streaming
- * saves about half of it (13.8, 31.3); prefetching the rows ahead for
- * writing saved a third. A first version evaluated a row of the tile into
- * a stack buffer and copied it out; storing in place runs 1.007-1.011 as
- * fast with a gelu_backward epilogue on one thread, the same within the
- * noise on two and without an epilogue (same CPU, fj-bench-ab). An output
- * streams where the target says so (host_stream), it holds NT_MIN_BYTES or
- * more (an L2's worth: a smaller one may well be read again from cache by
- * the next kernel), its start and every row of a tile are 64-byte aligned
- * and its last dim is unit-stride; the kernel then fences before it
- * returns. Not an output off its lines: streamed, a tile's row (NC
- * columns) would have a partial line at each end, stored plainly, and that
- * cost what the rest saved (the buffered version, same CPU, 2 threads, the
- * linear with bias and gelu, output 16 bytes off its lines: 17.9 ms
- * streamed and plain alike). */
+ * block). Streamed instead, a row of the tile is evaluated into a row
+ * buffer (out[j] pointed at it: `store` is unchanged) and copied out with
+ * non-temporal 64-byte stores, which write whole lines without reading
+ * them. Intel Xeon (Emerald Rapids), one thread, bench/matmul's shapes,
+ * alternating runs: the epilogue cost 3-7 % of the matmul (4 MiB to 12
+ * MiB outputs: leaving it out, 1024^3 13.7 against 14.2 ms, the linear
+ * 1024 x 768 x 3072 30.2 against 32.7), streaming saves about half of it
+ * (13.8, 31.3); prefetching the rows ahead for writing saved a third. An
+ * output streams where the target says so (host_stream), it holds
+ * NT_MIN_BYTES or more (an L2's worth: a smaller one may well be read
+ * again from cache by the next kernel), its start and every row of a tile
+ * are 64-byte aligned and its last dim is unit-stride; the kernel then
+ * fences before it returns. Not an output off its lines: streamed, a tile's
+ * row (NC columns) would have a partial line at each end, stored plainly
+ * (fj_cg_stream_copy, not fj_cg_stream_lines), and that cost what the rest
+ * saved (same CPU, 2 threads, the linear with bias and gelu, output 16
+ * bytes off its lines: 17.9 ms streamed and plain alike). */
 enum { NT_MIN_BYTES = 2 << 20 };
 
-/* Chooses the outputs to stream (at most NT_MAX); m->nt_ok: the run-time
- * conditions. */
+/* Chooses the outputs to stream (at most NT_MAX) and their row buffers;
+ * m->nt_ok: the run-time conditions. */
 static void nt_plan(mm *m)
 {
 	fj_cg *cg = m->cg;
@@ -953,7 +951,10 @@ static void nt_plan(mm *m)
 		int64_t esz = (int64_t)fj_dtype_size(o->dtype);
 		if (o->rank != m->rank || !hm->by_index(hm->ud, j) || m->nc * esz % 64)
 			continue;
-		m->nt_out[m->nnt++] = j;
+		m->nt_out[m->nnt] = j;
+		m->nt_buf[m->nnt] = fj_cg_var(cg, LLVMArrayType(cg->t_i8, (unsigned)(m->nc * esz)), NULL, "ntbuf");
+		LLVMSetAlignment(m->nt_buf[m->nnt], 64);
+		m->nnt++;
 		LLVMValueRef addr = LLVMBuildPtrToInt(BB, o->ptr, cg->t_i64, "");
 		LLVMValueRef c = LLVMBuildICmp(BB, LLVMIntEQ, LLVMBuildAnd(BB, addr, c64(m, 63), ""), c64(m, 0), "");
 		c = LLVMBuildAnd(BB, c, LLVMBuildICmp(BB, LLVMIntEQ, o->stride[m->rank - 1], c64(m, 1), ""), "");
@@ -1002,24 +1003,32 @@ static void epilogue_row(mm *m, LLVMValueRef b, LLVMValueRef row, LLVMValueRef j
 	fj_cg_loop_hints(cg, &lj, 0, 2);
 }
 
-/* Row `row` of the tile, the streamed outputs stored in place with
- * non-temporal vector stores (fj_cg_tag_stream; the row starts on a line
- * of each). */
+/* Row `row` of the tile through the row buffers: the streamed outputs'
+ * views moved so that the row's element jc is the buffer's first (not in
+ * bounds: a plain GEP), then copied out, 64 bytes per non-temporal store. */
 static void epilogue_row_nt(mm *m, LLVMValueRef b, LLVMValueRef row, LLVMValueRef jc, LLVMValueRef crow,
                             LLVMValueRef nlen)
 {
 	fj_cg *cg = m->cg;
+	fj_cg_tensor saved[NT_MAX];
+	LLVMValueRef off[NT_MAX];
 	fj_rg_point p;
 	fj_rg_batch_point(&p, m->rank, b, row, jc);
 	for (int i = 0; i < m->nnt; i++) {
 		fj_cg_tensor *o = &m->hm->out[m->nt_out[i]];
-		LLVMValueRef bytes = mul(m, fj_cg_offset(cg, o, p.idx), c64(m, (int64_t)fj_dtype_size(o->dtype)));
-		fj_cg_assume_aligned(cg, o->ptr, bytes, 64);
-		o->stream = true;
+		off[i] = fj_cg_offset(cg, o, p.idx);
+		saved[i] = *o;
+		LLVMValueRef back = LLVMBuildNeg(BB, off[i], "");
+		o->ptr = LLVMBuildGEP2(BB, fj_cg_storage_type(cg, o->dtype), m->nt_buf[i], &back, 1, "");
 	}
 	epilogue_row(m, b, row, jc, crow, nlen);
-	for (int i = 0; i < m->nnt; i++)
-		m->hm->out[m->nt_out[i]].stream = false;
+	for (int i = 0; i < m->nnt; i++) {
+		fj_cg_tensor *o = &m->hm->out[m->nt_out[i]];
+		*o = saved[i];
+		LLVMValueRef dst0 = LLVMBuildInBoundsGEP2(BB, fj_cg_storage_type(cg, o->dtype), o->ptr, &off[i], 1, "");
+		LLVMValueRef lines = LLVMBuildSDiv(BB, mul(m, nlen, c64(m, (int64_t)fj_dtype_size(o->dtype))), c64(m, 64), "");
+		fj_cg_stream_lines(cg, dst0, m->nt_buf[i], lines);
+	}
 }
 
 /* The epilogue: every result at the tile's points, the matmul value bound
