@@ -799,39 +799,36 @@ static void output_pass_nt(hctx *h, const rowcache *rc, rowgroup *g, const ntpla
 		for (int i = 0; i < nt->n; i++)
 			off[j][i] = row_offset(h, &h->out[nt->out[i]], g->idx[j], lo);
 	prefetch_rows(h, g->idx[g->n - 1], lo, hi, nt->chunk + KBLOCK, g->n, h->a->nphases);
-	if (!nt->direct) {
-		output_pass(h, rc, g, nt, false, off, lo, hi);
-		for (int j = 0; j < g->n; j++)
-			nt_copy(h, nt, j, off[j], lo, hi);
-		fj_cg_loop_end(h->cg, &lc);
-		return;
-	}
 	/* a whole chunk that starts on a line of every output in every row of
-	 * the group: stored in place, streamed */
-	LLVMValueRef end = LLVMBuildNSWAdd(BB, lc.iv, chunk, "");
-	LLVMValueRef whole = LLVMBuildAnd(BB, LLVMBuildICmp(BB, LLVMIntSGE, lc.iv, c64(h, 0), ""),
-	                                  LLVMBuildICmp(BB, LLVMIntSLE, end, n, ""), "");
-	LLVMValueRef at[MAXGROUP][MAXNT]; /* byte offsets of element lc.iv (where whole) */
-	for (int j = 0; j < g->n; j++)
-		for (int i = 0; i < nt->n; i++) {
-			const fj_cg_tensor *o = &h->out[nt->out[i]];
-			LLVMValueRef esz = c64(h, (int64_t)fj_dtype_size(o->dtype));
-			at[j][i] = LLVMBuildMul(BB, row_offset(h, o, g->idx[j], lc.iv), esz, "");
-			LLVMValueRef a = LLVMBuildAdd(BB, LLVMBuildPtrToInt(BB, o->ptr, h->cg->t_i64, ""), at[j][i], "");
-			a = LLVMBuildAnd(BB, a, c64(h, 63), "");
-			whole = LLVMBuildAnd(BB, whole, LLVMBuildICmp(BB, LLVMIntEQ, a, c64(h, 0), ""), "");
-		}
+	 * the group: stored in place, streamed (nt->direct); any other chunk
+	 * through the buffers */
 	fj_cg_if c;
-	fj_cg_if_begin(h->cg, &c, whole);
-	for (int j = 0; j < g->n; j++)
-		for (int i = 0; i < nt->n; i++)
-			fj_cg_assume_aligned(h->cg, h->out[nt->out[i]].ptr, at[j][i], 64);
-	output_pass(h, rc, g, nt, true, off, lc.iv, end);
-	fj_cg_if_else(h->cg, &c);
+	if (nt->direct) {
+		LLVMValueRef end = LLVMBuildNSWAdd(BB, lc.iv, chunk, "");
+		LLVMValueRef whole = LLVMBuildAnd(BB, LLVMBuildICmp(BB, LLVMIntSGE, lc.iv, c64(h, 0), ""),
+		                                  LLVMBuildICmp(BB, LLVMIntSLE, end, n, ""), "");
+		LLVMValueRef at[MAXGROUP][MAXNT]; /* byte offsets of element lc.iv (where whole) */
+		for (int j = 0; j < g->n; j++)
+			for (int i = 0; i < nt->n; i++) {
+				const fj_cg_tensor *o = &h->out[nt->out[i]];
+				LLVMValueRef esz = c64(h, (int64_t)fj_dtype_size(o->dtype));
+				at[j][i] = LLVMBuildMul(BB, row_offset(h, o, g->idx[j], lc.iv), esz, "");
+				LLVMValueRef a = LLVMBuildAdd(BB, LLVMBuildPtrToInt(BB, o->ptr, h->cg->t_i64, ""), at[j][i], "");
+				a = LLVMBuildAnd(BB, a, c64(h, 63), "");
+				whole = LLVMBuildAnd(BB, whole, LLVMBuildICmp(BB, LLVMIntEQ, a, c64(h, 0), ""), "");
+			}
+		fj_cg_if_begin(h->cg, &c, whole);
+		for (int j = 0; j < g->n; j++)
+			for (int i = 0; i < nt->n; i++)
+				fj_cg_assume_aligned(h->cg, h->out[nt->out[i]].ptr, at[j][i], 64);
+		output_pass(h, rc, g, nt, true, off, lc.iv, end);
+		fj_cg_if_else(h->cg, &c);
+	}
 	output_pass(h, rc, g, nt, false, off, lo, hi);
 	for (int j = 0; j < g->n; j++)
 		nt_copy(h, nt, j, off[j], lo, hi);
-	fj_cg_if_end(h->cg, &c);
+	if (nt->direct)
+		fj_cg_if_end(h->cg, &c);
 	fj_cg_loop_end(h->cg, &lc);
 }
 
