@@ -8,9 +8,11 @@
  * before, but paid once per packed element instead of once per
  * multiply-add.
  *
- * Blocking. C is cut into tiles of MC x NC; a call works on a range of
- * tiles, ordered (batch, N-tile, M-tile) so that consecutive tiles share
- * their B panel. Per call, one heap block holds
+ * Blocking. C is cut into tiles of up to MC x NC; a call works on a range
+ * of units, the MR-row micro-panels of the (batch, N-tile)s in that order,
+ * so that consecutive tiles share their B panel, and cuts its range into
+ * tiles of up to MC/MR micro-panels within each (batch, N-tile) (see
+ * Parallel space). Per call, one heap block holds
  *   Bp  the B panel of the current (batch, N-tile): all of K x NC, packed as
  *       NC/NR micro-panels [k][NR] (columns past N are zeros); repacked only
  *       when the (batch, N-tile) changes;
@@ -66,12 +68,22 @@
  * each call packs the B panels of its own tiles, and the runtime's usual
  * 4 chunks per thread packed a panel up to 4 times; Sapphire Rapids, 2
  * threads, 1024x3072x768 f32: 25.7 -> 24.1 ms, best of 6). A call for
- * [lo, hi) of [0, extent) runs tiles [f(lo), f(hi)) of the T tiles,
- * f(x) = min(T, ceil(x / q)) with q = ceil(extent / T) and f(extent) = T:
- * f is monotone with f(0) = 0, so
- * the chunks of any partition of [0, extent) get disjoint tile ranges that
- * cover every tile once, in proportion to their size, without a 128-bit
- * product. A tile's outputs are written by the call that owns the tile only.
+ * [lo, hi) of [0, extent) runs units [f(lo), f(hi)) of the T units
+ * (fj_rg_tile_range, which the attention kernels share with their own
+ * tiles), f(x) = x T / extent rounded to the nearest integer in f64 and
+ * f(extent) = T: f is monotone with f(0) = 0, so the chunks of any
+ * partition of [0, extent) get disjoint unit ranges that cover every unit
+ * once, in proportion to their size. A tile's outputs are written by the
+ * call that owns its units only. Units of micro-panels rather than whole
+ * tiles: M = 512 with AVX-512 (tiles of 48 rows, one N-tile of 512) made
+ * 11 tiles, 6 for one thread of two and 5 for the other; now each gets
+ * 43 micro-panels. Zen 4, 2 threads, fj-bench-ab against tile units,
+ * median speed ratio (quartiles): [512,2048] x [2048,512] 1.091
+ * (1.057-1.112), the same with B = W^T 1.083 (1.029-1.118); bench/graphs
+ * mlp forward 1.048 (1.019-1.073), its backward 1.038 (1.012-1.061); the
+ * bench/matmul shapes, whose tiles were already even, 0.98-1.00 with
+ * AVX2 and 0.995-1.003 with AVX-512, the same micro-kernel loop
+ * instruction for instruction.
  *
  * Memory: the block is aligned_alloc'ed per call (at most (K + MC) x NC +
  * MC x LDA elements: ~1.2 MiB for K = 1024 in f32) and freed at the end; if
@@ -310,11 +322,12 @@ static void plan(mm *m)
 		if (nt > 0)
 			m->nc = (int)(((n + nt - 1) / nt + m->nr - 1) / m->nr * m->nr);
 	}
-	/* and a known M into tiles of equal height (a multiple of MR): the
-	 * runtime counts tiles, not their rows, and M = 1024 in tiles of 192
-	 * left a last one of 64, so that one thread of two got 8 tiles and a
-	 * small one, the other 7 and two small ones (Sapphire Rapids, 2
-	 * threads, 1024 x 3072 x 768: 320 -> 335 GFLOP/s; tiles of 174) */
+	/* and a known M into tiles of equal height (a multiple of MR). When
+	 * the calls split tiles rather than micro-panels, M = 1024 in tiles of
+	 * 192 left a last one of 64, so that one thread of two got 8 tiles and
+	 * a small one, the other 7 and two small ones (Sapphire Rapids, 2
+	 * threads, 1024 x 3072 x 768: 320 -> 335 GFLOP/s; tiles of 174); a
+	 * call that owns whole N-tiles still runs these tiles */
 	if (LLVMIsAConstantInt(m->M)) {
 		int64_t mv = LLVMConstIntGetSExtValue(m->M), mt = (mv + m->mc - 1) / m->mc;
 		if (mt > 0)
@@ -1063,12 +1076,16 @@ void fj_rg_tile_range(fj_cg *cg, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef 
                       LLVMValueRef *t0, LLVMValueRef *t1)
 {
 	LLVMBuilderRef b = cg->b;
-	LLVMValueRef one = fj_cg_i64(cg, 1);
-	/* ceil(x / y) for x >= 0, y > 0 */
-	LLVMValueRef q = LLVMBuildUDiv(b, LLVMBuildNSWSub(b, LLVMBuildNSWAdd(b, extent, ntiles, ""), one, ""), ntiles, "");
+	LLVMTypeRef f64 = LLVMDoubleTypeInContext(cg->llctx);
+	/* x * ntiles / extent in f64, rounded to the nearest tile: every step
+	 * rounds monotonically, so f stays monotone, and a split that falls on
+	 * a tile boundary (x * ntiles a multiple of extent) lands on it, the
+	 * f64 error (below 2^-50 relative) being far below half a tile */
+	LLVMValueRef per = LLVMBuildFDiv(b, LLVMBuildUIToFP(b, ntiles, f64, ""), LLVMBuildUIToFP(b, extent, f64, ""), "");
 	LLVMValueRef x[2] = {lo, hi};
 	for (int i = 0; i < 2; i++) {
-		LLVMValueRef c = LLVMBuildUDiv(b, LLVMBuildNSWSub(b, LLVMBuildNSWAdd(b, x[i], q, ""), one, ""), q, "");
+		LLVMValueRef r = LLVMBuildFMul(b, LLVMBuildUIToFP(b, x[i], f64, ""), per, "");
+		LLVMValueRef c = LLVMBuildFPToSI(b, fj_cg_intrinsic(cg, "llvm.round", &r, 1), cg->t_i64, "");
 		LLVMValueRef f = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, c, ntiles, ""), c, ntiles, "");
 		LLVMValueRef end = LLVMBuildICmp(b, LLVMIntSGE, x[i], extent, "");
 		x[i] = LLVMBuildSelect(b, end, ntiles, f, "");
@@ -1113,22 +1130,26 @@ static LLVMValueRef alloc_block(mm *m)
 	return blk;
 }
 
-/* One tile t: (batch, N-tile, M-tile) with the M-tile fastest. `cur` holds
- * the (batch, N-tile) whose B panel is in Bp (-1: none). */
-static void tile(mm *m, LLVMValueRef t, LLVMValueRef mt, LLVMValueRef nt, LLVMValueRef cur)
+/* The tile at unit u of this call's units [u, u1) (see the header): up to
+ * MC/MR micro-panels of rows from u's, within its (batch, N-tile) and the
+ * call's units. `cur` holds the (batch, N-tile) whose B panel is in Bp (-1:
+ * none). Returns the tile's micro-panels: the step to the next tile. */
+static LLVMValueRef tile(mm *m, LLVMValueRef u, LLVMValueRef u1, LLVMValueRef mp, LLVMValueRef nt, LLVMValueRef cur)
 {
 	fj_cg *cg = m->cg;
-	LLVMValueRef it = LLVMBuildURem(BB, t, mt, ""), bj = LLVMBuildUDiv(BB, t, mt, "");
+	LLVMValueRef ip = LLVMBuildURem(BB, u, mp, ""), bj = LLVMBuildUDiv(BB, u, mp, "");
 	LLVMValueRef jt = LLVMBuildURem(BB, bj, nt, ""), b = LLVMBuildUDiv(BB, bj, nt, "");
-	LLVMValueRef ic = mul(m, it, c64(m, m->mc)), jc = mul(m, jt, c64(m, m->nc));
-	LLVMValueRef mlen = imin(m, c64(m, m->mc), LLVMBuildNSWSub(BB, m->M, ic, ""));
+	LLVMValueRef np = imin(m, imin(m, c64(m, m->mc / m->mr), LLVMBuildNSWSub(BB, mp, ip, "")),
+	                       LLVMBuildNSWSub(BB, u1, u, ""));
+	LLVMValueRef ic = mul(m, ip, c64(m, m->mr)), jc = mul(m, jt, c64(m, m->nc));
+	LLVMValueRef mlen = imin(m, mul(m, np, c64(m, m->mr)), LLVMBuildNSWSub(BB, m->M, ic, ""));
 	LLVMValueRef nlen = imin(m, c64(m, m->nc), LLVMBuildNSWSub(BB, m->N, jc, ""));
 	LLVMValueRef nir = cdiv(m, mlen, c64(m, m->mr)), njr = cdiv(m, nlen, c64(m, m->nr));
 	/* the micro-panels with every row < M */
 	LLVMValueRef nfull = imin(m, nir, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->M, ic, ""), c64(m, m->mr), ""));
-	LLVMValueRef t1 = add(m, t, c64(m, 1)); /* the next tile's batch and rows (prefetch_a) */
-	LLVMValueRef nic = mul(m, LLVMBuildURem(BB, t1, mt, ""), c64(m, m->mc));
-	LLVMValueRef nb = LLVMBuildUDiv(BB, LLVMBuildUDiv(BB, t1, mt, ""), nt, "");
+	LLVMValueRef un = add(m, u, np); /* the next tile's batch and rows (prefetch_a) */
+	LLVMValueRef nic = mul(m, LLVMBuildURem(BB, un, mp, ""), c64(m, m->mr));
+	LLVMValueRef nb = LLVMBuildUDiv(BB, LLVMBuildUDiv(BB, un, mp, ""), nt, "");
 	fj_cg_if c;
 	fj_cg_if_begin(cg, &c, LLVMBuildICmp(BB, LLVMIntNE, bj, fj_cg_get(cg, cur, cg->t_i64), ""));
 	pack_b(m, b, jc, njr);
@@ -1147,6 +1168,7 @@ static void tile(mm *m, LLVMValueRef t, LLVMValueRef mt, LLVMValueRef nt, LLVMVa
 	      LLVMBuildSelect(BB, more, ic, nic, ""), LLVMBuildSelect(BB, more, npc, c64(m, 0), ""));
 	fj_cg_loop_end(cg, &lp);
 	epilogue(m, b, ic, jc, mlen, nlen);
+	return np;
 }
 
 fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
@@ -1167,14 +1189,14 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	nt_plan(m);
 	hm->k->par_out = 0;
 	hm->k->par_mask = ((1u << m->rank) - 1) | FJ_CG_PAR_PER_THREAD; /* a call packs its own B panels */
-	LLVMValueRef mt = cdiv(m, m->M, c64(m, m->mc)), nt = cdiv(m, m->N, c64(m, m->nc));
-	LLVMValueRef ntiles = mul(m, mul(m, m->batch, nt), mt);
+	LLVMValueRef mp = cdiv(m, m->M, c64(m, m->mr)), nt = cdiv(m, m->N, c64(m, m->nc));
+	LLVMValueRef nunits = mul(m, mul(m, m->batch, nt), mp);
 	LLVMValueRef t0, t1;
 	fj_cg_if some;
 	/* the runtime never calls with an empty result; a zero-sized M or N
-	 * would make ntiles 0 (and q a division by zero) */
-	fj_cg_if_begin(cg, &some, LLVMBuildICmp(BB, LLVMIntSGT, ntiles, c64(m, 0), ""));
-	fj_rg_tile_range(cg, hm->lo, hm->hi, mul(m, mul(m, m->batch, m->M), m->N), ntiles, &t0, &t1);
+	 * would make nunits 0 (and q a division by zero) */
+	fj_cg_if_begin(cg, &some, LLVMBuildICmp(BB, LLVMIntSGT, nunits, c64(m, 0), ""));
+	fj_rg_tile_range(cg, hm->lo, hm->hi, mul(m, mul(m, m->batch, m->M), m->N), nunits, &t0, &t1);
 	fj_cg_if work;
 	fj_cg_if_begin(cg, &work, LLVMBuildICmp(BB, LLVMIntSLT, t0, t1, ""));
 	LLVMValueRef blk = alloc_block(m);
@@ -1187,7 +1209,7 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	fj_cg_loop lt;
 	fj_cg_loop_begin(cg, &lt, t0, t1, "tile");
 	fj_rg_scope_push(r);
-	tile(m, lt.iv, mt, nt, cur);
+	lt.step = tile(m, lt.iv, t1, mp, nt, cur);
 	fj_rg_scope_pop(r);
 	fj_cg_loop_end(cg, &lt);
 	fj_rg_free(cg, blk);

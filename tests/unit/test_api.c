@@ -879,9 +879,11 @@ END_TEST
 
 /* A matmul whose A is packed, not read in place (region_matmul.c:
  * pack_a), over several K blocks, M-tiles and N-tiles: G^T X and its
- * batched form, and A converted from f16, with M, K and N not multiples
- * of the blocks; on 1 and 3 threads (calls that start in the middle of an
- * N-tile), against a double reference, and bit for bit alike. */
+ * batched form, and A converted from f16; and last an f32 A read in
+ * place. M, K and N are not multiples of the blocks; on 1, 2 and 3
+ * threads (calls that start in the middle of an N-tile, and at a
+ * micro-panel in the middle of an M-tile), against a double reference,
+ * and bit for bit alike. */
 START_TEST(test_matmul_packed_a)
 {
 	enum { B = 3, M = 203, K = 300, N = 1100 };
@@ -891,7 +893,8 @@ START_TEST(test_matmul_packed_a)
 		"graph @g(%x: f32[3,300,203], %y: f32[3,300,1100]) {\n  %a = aten.transpose(%x) {dim0=1, dim1=2}\n"
 		"  %c = aten.bmm(%a, %y)\n  return %c\n}\n",
 		"graph @g(%x: f16[203,300], %y: f32[300,1100]) {\n  %a = aten._to_copy(%x) {dtype=f32}\n"
-		"  %c = aten.mm(%a, %y)\n  return %c\n}\n"};
+		"  %c = aten.mm(%a, %y)\n  return %c\n}\n",
+		"graph @g(%x: f32[203,300], %y: f32[300,1100]) {\n  %c = aten.mm(%x, %y)\n  return %c\n}\n"};
 	float *x = malloc(B * K * M * sizeof *x), *y = malloc(B * K * N * sizeof *y);
 	uint16_t *xh = malloc(M * K * sizeof *xh);
 	float *c = malloc(B * M * N * sizeof *c), *c1 = malloc(B * M * N * sizeof *c1);
@@ -912,23 +915,28 @@ START_TEST(test_matmul_packed_a)
 			out = (fj_tensor){.data = c, .dtype = FJ_TYPE_F32, .rank = 3, .sizes = {B, M, N}};
 		} else if (s == 2) {
 			in[0] = desc(xh, FJ_TYPE_F16, 2, M, K);
+		} else if (s == 3) {
+			in[0] = desc(x, FJ_TYPE_F32, 2, M, K);
 		}
-		for (int threads = 1; threads <= 3; threads += 2) {
+		for (int threads = 1; threads <= 3; threads++) {
 			fj_context *ctx = fj_context_create(NULL, NULL);
 			fj_context_set_cache(ctx, "off", 0);
+			ck_assert_int_eq(fj_context_set_option(ctx, "threads", "3"), FJ_OK); /* 3 even on fewer cores */
 			fj_program *p = compile_threads(ctx, srcs[s], FJ_EXECUTOR_HOST, 0, threads);
 			out.data = threads == 1 ? c1 : c;
 			ck_assert_int_eq(fj_program_run(p, in, 2, &out, 1), FJ_OK);
 			fj_program_destroy(p);
 			fj_context_destroy(ctx);
+			if (threads > 1)
+				ck_assert_msg(memcmp(c, c1, (size_t)nb * M * N * sizeof *c) == 0, "graph %zu: 1 and %d threads differ",
+				              s, threads);
 		}
-		ck_assert_msg(memcmp(c, c1, (size_t)nb * M * N * sizeof *c) == 0, "graph %zu: 1 and 3 threads differ", s);
 		for (int q = 0; q < nb; q++)
 			for (int i = 0; i < M; i++)
 				for (int j = 0; j < N; j++) {
 					double want = 0;
 					for (int k = 0; k < K; k++) {
-						double a = s == 2 ? x[i * K + k] : x[(q * K + k) * M + i];
+						double a = s >= 2 ? x[i * K + k] : x[(q * K + k) * M + i];
 						want += a * y[(q * K + k) * N + j];
 					}
 					double got = c[((size_t)q * M + i) * N + j];
