@@ -1194,7 +1194,7 @@ fj_status fj_rg_host_matmul(fj_cg *cg, const fj_rg_host_mm *hm)
 	LLVMValueRef t0, t1;
 	fj_cg_if some;
 	/* the runtime never calls with an empty result; a zero-sized M or N
-	 * would make nunits 0 (and q a division by zero) */
+	 * would make nunits 0 (and fj_rg_tile_range divide by zero) */
 	fj_cg_if_begin(cg, &some, LLVMBuildICmp(BB, LLVMIntSGT, nunits, c64(m, 0), ""));
 	fj_rg_tile_range(cg, hm->lo, hm->hi, mul(m, mul(m, m->batch, m->M), m->N), nunits, &t0, &t1);
 	fj_cg_if work;
