@@ -1144,7 +1144,8 @@ static LLVMValueRef tile(mm *m, LLVMValueRef u, LLVMValueRef u1, LLVMValueRef mp
 	LLVMValueRef ic = mul(m, ip, c64(m, m->mr)), jc = mul(m, jt, c64(m, m->nc));
 	LLVMValueRef mlen = imin(m, mul(m, np, c64(m, m->mr)), LLVMBuildNSWSub(BB, m->M, ic, ""));
 	LLVMValueRef nlen = imin(m, c64(m, m->nc), LLVMBuildNSWSub(BB, m->N, jc, ""));
-	LLVMValueRef nir = cdiv(m, mlen, c64(m, m->mr)), njr = cdiv(m, nlen, c64(m, m->nr));
+	/* np micro-panels: each has a row < M, since ip + np <= mp = ceil(M / MR) */
+	LLVMValueRef nir = np, njr = cdiv(m, nlen, c64(m, m->nr));
 	/* the micro-panels with every row < M */
 	LLVMValueRef nfull = imin(m, nir, LLVMBuildSDiv(BB, LLVMBuildNSWSub(BB, m->M, ic, ""), c64(m, m->mr), ""));
 	LLVMValueRef un = add(m, u, np); /* the next tile's batch and rows (prefetch_a) */
