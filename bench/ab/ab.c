@@ -1,14 +1,17 @@
 /* ab.c -- fj-bench-ab: two builds of fusejit timed against each other in
  * one process, run by run.
  *
- *   fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH
+ *   fj-bench-ab [--threads N] [--threads-b N] [--seconds S] [--flush MIB] [--offset B] [--json]
+ *               LIB_A LIB_B GRAPH
  *
  * LIB_A and LIB_B are two builds' libfusejit.so (the same path twice: an
  * A/A run, the noise floor). Each is dlopen'ed on its own (RTLD_LOCAL: its
  * fj_* symbols stay out of the global scope, so each copy's calls bind to
  * itself; both share one libLLVM), compiles GRAPH's first graph for the
  * host executor in its own context (--threads: the programs' bound,
- * fj_compile_options.threads; default 0, all of the context's), and runs it
+ * fj_compile_options.threads; default 0, all of the context's; --threads-b:
+ * B's alone, so that the same library twice times two thread counts against
+ * each other, as bench/matmul/run's two-thread scaling does), and runs it
  * on the same inputs (f32 and f64 uniform in [-1, 1), other types 0) into
  * its own preallocated outputs. Every input and output starts --offset B
  * bytes past a 64-byte boundary (default 0; glibc's malloc gives large
@@ -29,7 +32,9 @@
  * Prints one line: each build's median and fastest run (ms), the ratio's
  * median and quartiles, the pairs, and the relative L2 difference of the two
  * builds' f32 and f64 outputs (they should compute the same thing; NaNs
- * in the same places agree). Exit status 1 with one message on any error.
+ * in the same places agree); with --json, one JSON object of the same
+ * (a_ms, a_fastest_ms, b_ms, b_fastest_ms, speed, speed_q1, speed_q3,
+ * pairs, outputs_differ: null where infinite). Exit status 1 with one message on any error.
  * It needs only the public header and the dynamic loader. */
 #include <dlfcn.h>
 #include <math.h>
@@ -43,7 +48,9 @@
 #include "fusejit/fusejit.h"
 
 enum { MAXT = 64, MAXPAIRS = 100000 };
-#define USAGE "usage: fj-bench-ab [--threads N] [--seconds S] [--flush MIB] [--offset B] LIB_A LIB_B GRAPH"
+#define USAGE                                                                                              \
+	"usage: fj-bench-ab [--threads N] [--threads-b N] [--seconds S] [--flush MIB] [--offset B] [--json] LIB_A " \
+	"LIB_B GRAPH"
 
 typedef struct build {
 	const char *path;
@@ -195,20 +202,25 @@ static size_t arg_offset(const char *v)
 
 int main(int argc, char **argv)
 {
-	int threads = 0;
+	int threads = 0, threads_b = -1;
 	double seconds = 10, flush_mib = 0;
 	size_t off = 0;
+	bool json = false;
 	const char *pos[3];
 	int npos = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads"))
 			threads = (int)arg_num("--threads", i + 1 < argc ? argv[++i] : NULL, 0);
+		else if (!strcmp(argv[i], "--threads-b"))
+			threads_b = (int)arg_num("--threads-b", i + 1 < argc ? argv[++i] : NULL, 0);
 		else if (!strcmp(argv[i], "--seconds"))
 			seconds = arg_num("--seconds", i + 1 < argc ? argv[++i] : NULL, 0.1);
 		else if (!strcmp(argv[i], "--flush"))
 			flush_mib = arg_num("--flush", i + 1 < argc ? argv[++i] : NULL, 0);
 		else if (!strcmp(argv[i], "--offset"))
 			off = arg_offset(i + 1 < argc ? argv[++i] : NULL);
+		else if (!strcmp(argv[i], "--json"))
+			json = true;
 		else if (argv[i][0] == '-' || npos == 3)
 			die(USAGE);
 		else
@@ -218,7 +230,7 @@ int main(int argc, char **argv)
 		die(USAGE);
 	build bs[2] = {{.path = pos[0]}, {.path = pos[1]}};
 	for (int j = 0; j < 2; j++)
-		load(&bs[j], pos[2], threads);
+		load(&bs[j], pos[2], j == 1 && threads_b >= 0 ? threads_b : threads);
 	size_t nin = bs[0].program_count(bs[0].prog, FJ_ROLE_INPUT);
 	size_t nout = bs[0].program_count(bs[0].prog, FJ_ROLE_OUTPUT);
 	if (nin > MAXT || nout > MAXT)
@@ -296,10 +308,20 @@ int main(int argc, char **argv)
 	for (int j = 0; j < 2; j++)
 		qsort(bs[j].ms, (size_t)n, sizeof(double), cmp_double);
 	qsort(ratio, (size_t)n, sizeof(double), cmp_double);
-	printf("A %.3f ms (fastest %.3f) | B %.3f ms (fastest %.3f) | B/A speed %.3f (quartiles %.3f %.3f) | %d pairs | "
-	       "outputs differ by %.2g\n",
-	       bs[0].ms[n / 2], bs[0].ms[0], bs[1].ms[n / 2], bs[1].ms[0], ratio[n / 2], ratio[n / 4], ratio[3 * n / 4], n,
-	       r2 > 0 ? sqrt(d2 / r2) : sqrt(d2));
+	double diff = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+	char dtext[32] = "null"; /* JSON has no infinity */
+	if (isfinite(diff))
+		snprintf(dtext, sizeof dtext, "%.6g", diff);
+	if (json)
+		printf("{\"a_ms\": %.6g, \"a_fastest_ms\": %.6g, \"b_ms\": %.6g, \"b_fastest_ms\": %.6g, \"speed\": %.6g, "
+		       "\"speed_q1\": %.6g, \"speed_q3\": %.6g, \"pairs\": %d, \"outputs_differ\": %s}\n",
+		       bs[0].ms[n / 2], bs[0].ms[0], bs[1].ms[n / 2], bs[1].ms[0], ratio[n / 2], ratio[n / 4],
+		       ratio[3 * n / 4], n, dtext);
+	else
+		printf("A %.3f ms (fastest %.3f) | B %.3f ms (fastest %.3f) | B/A speed %.3f (quartiles %.3f %.3f) | %d pairs | "
+		       "outputs differ by %.2g\n",
+		       bs[0].ms[n / 2], bs[0].ms[0], bs[1].ms[n / 2], bs[1].ms[0], ratio[n / 2], ratio[n / 4],
+		       ratio[3 * n / 4], n, diff);
 	for (int j = 0; j < 2; j++) {
 		for (size_t i = 0; i < nout; i++)
 			free((char *)bs[j].out[i].data - off);

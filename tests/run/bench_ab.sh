@@ -26,6 +26,14 @@ if [ $rc -ne 0 ] || ! printf '%s\n' "$out" | grep -Eq ' \| outputs differ by 0$'
   fails=$((fails + 1))
 fi
 
+# --json: one object, the same fields; --threads-b: one thread against two
+out=$(FUSEJIT_CACHE_DIR=off "$AB" --json --seconds 0.2 --threads 1 --threads-b 2 "$LIB" "$LIB" "$GRAPH" 2>"$T/err")
+rc=$?
+if [ $rc -ne 0 ] || ! printf '%s\n' "$out" | grep -Eq '^\{"a_ms": [0-9.e+-]+, "a_fastest_ms": [0-9.e+-]+, "b_ms": [0-9.e+-]+, "b_fastest_ms": [0-9.e+-]+, "speed": [0-9.e+-]+, "speed_q1": [0-9.e+-]+, "speed_q3": [0-9.e+-]+, "pairs": [0-9]+, "outputs_differ": 0\}$'; then
+  echo "FAIL: --json --threads-b 2 (rc $rc): $out $(cat "$T/err")"
+  fails=$((fails + 1))
+fi
+
 # bad CASE ARGS...: exit 1, exactly one line on stderr naming an error
 bad() {
   name=$1
@@ -41,6 +49,7 @@ printf 'graph @g(%%x: f32[N]) {\n  %%y = aten.exp(%%x)\n  return %%y\n}\n' >"$T/
 printf 'graph @g(%%x: f32[4]) {\n  %%y = aten.nope(%%x)\n  return %%y\n}\n' >"$T/bad.fj"
 bad usage "$LIB" "$GRAPH"
 bad option --seconds 0 "$LIB" "$LIB" "$GRAPH"
+bad threads_b --threads-b -1 "$LIB" "$LIB" "$GRAPH"
 bad offset --offset 1.5 "$LIB" "$LIB" "$GRAPH"
 bad offset_big --offset 4096 "$LIB" "$LIB" "$GRAPH"
 bad no_library "$T/none.so" "$LIB" "$GRAPH"
