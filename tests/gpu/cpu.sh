@@ -5,7 +5,8 @@
 # kit of scripts/build-gpu.sh (fusejit-run and fj-fma-peak), then, on 2 CPUs
 # (taskset -c 0,1, FUSEJIT_THREADS=2) as the 2-vCPU machines run them:
 #   - bench/matmul/run: the host matmul against the FMA peak of the same run,
-#     AVX-512 and AVX2;
+#     AVX-512 and AVX2 (its two-thread scaling from separate processes: the
+#     static kit has no libfusejit.so for fj-bench-ab);
 #   - bench/run on the host executor (aten's rows beside it): every bench
 #     graph, forward and training, against the same run's memcpy;
 #   - bench/run again with FUSEJIT_HOST_TARGET=avx2 for the graphs with
