@@ -107,6 +107,9 @@ typedef struct fj_cg_target {
 	/* host: the float matmul's K block and its C tile in micro-panels
 	 * (MC / MR, NC / NR) for vector_bits; 0: region_matmul.c's defaults */
 	int matmul_kc, matmul_mc_panels, matmul_nc_panels;
+	/* host: the N-tile width of a float matmul whose A is contiguous along
+	 * M (region_matmul.c: plan, APANEL_NC); 0: region_matmul.c's default */
+	int matmul_apanel_nc;
 	/* host: the float matmul prefetches the next B micro-panel of a panel
 	 * larger than L2 (region_matmul.c: prefetch_b) */
 	bool matmul_prefetch_b;

@@ -307,7 +307,8 @@ static void plan(mm *m)
 	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101. */
 	m->apanel = fj_rg_fast_dim(m->r, m->av) == m->rank - 2;
 	if (m->apanel && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) && LLVMIsAConstantInt(m->N)) {
-		int64_t wide = APANEL_NC / m->nr * m->nr, k = LLVMConstIntGetSExtValue(m->K);
+		int64_t wide = (tg->matmul_apanel_nc > 0 ? tg->matmul_apanel_nc : APANEL_NC) / m->nr * m->nr;
+		int64_t k = LLVMConstIntGetSExtValue(m->K);
 		int64_t mt = (LLVMConstIntGetSExtValue(m->M) + m->mc - 1) / m->mc;
 		int64_t nt = (LLVMConstIntGetSExtValue(m->N) + wide - 1) / wide;
 		if (wide > m->nc && k * wide * m->esz <= APANEL_BP && mt * nt >= APANEL_TILES)
