@@ -304,7 +304,8 @@ static void plan(mm *m)
 	 * Sapphire Rapids, 2 threads, median of 6 alternating rounds (with
 	 * pack_a_panels' k groups): 768 x 1024 x 3072 (A = dY^T, K x M = 1024 x
 	 * 768) 17.4 -> 16.5 ms, 3072 x 1024 x 768 17.1 -> 15.9; AVX2 27.9 ->
-	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101. */
+	 * 26.5 and 28.3 -> 27.5; bench/peers mlp_wide training 107 -> 101.
+	 * AVX2 on AMD takes 384 (fj_cg_target.matmul_apanel_nc, jit.c). */
 	m->apanel = fj_rg_fast_dim(m->r, m->av) == m->rank - 2;
 	if (m->apanel && LLVMIsAConstantInt(m->K) && LLVMIsAConstantInt(m->M) && LLVMIsAConstantInt(m->N)) {
 		int64_t wide = (tg->matmul_apanel_nc > 0 ? tg->matmul_apanel_nc : APANEL_NC) / m->nr * m->nr;
